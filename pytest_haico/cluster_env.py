@@ -1,0 +1,65 @@
+"""cluster.env: the site's settings as sourceable KEY=VALUE lines."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_haico.errors import ConfigError
+
+# What a site may set; anything else is a typo until proven otherwise.
+KNOWN_KEYS = {
+    "CLUSTER_WORK": "shared work directory; results go to $CLUSTER_WORK/results",
+    "VLLM_VENV": "virtualenv with vLLM (`haico env` builds it)",
+    "BACKEND_IMAGE": "backend OCI image pinned by digest (docker://...@sha256:...) or a SIF",
+    "POSTGRES_IMAGE": "Postgres OCI image pinned by digest, or a SIF",
+    "SIF_DIR": "where pulled images are kept as SIFs (default: $CLUSTER_WORK/sif)",
+    "HF_HOME": "Hugging Face cache holding the models (read with HF_HUB_OFFLINE=1)",
+    "PARTITION": "default Slurm partition",
+    "ACCOUNT": "Slurm account to charge",
+    "QOS": "Slurm QOS",
+    "PHOENIX_ENABLED": "1 to run Phoenix tracing beside the backend",
+}
+_LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+@dataclass(frozen=True)
+class ClusterEnv:
+    """The parsed file: known keys only, values unquoted as a shell would."""
+
+    path: Path
+    values: dict[str, str]
+
+    def get(self, key: str) -> str | None:
+        return self.values.get(key) or None
+
+
+def load_cluster_env(path: Path) -> ClusterEnv:
+    """Parse `path`; every problem names the file, the line and the fix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "", f"cannot read cluster.env: {exc}") from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _LINE.match(stripped)
+        where = f"{path}:{number}"
+        if match is None:
+            raise ConfigError(where, "", f"expected KEY=VALUE, got {stripped[:60]!r}")
+        key, raw = match.groups()
+        if key not in KNOWN_KEYS:
+            valid = ", ".join(sorted(KNOWN_KEYS))
+            raise ConfigError(where, key, f"unknown key; valid keys: {valid}")
+        try:
+            words = shlex.split(raw, comments=True)
+        except ValueError as exc:
+            raise ConfigError(where, key, f"bad quoting in {raw!r}: {exc}") from None
+        if len(words) > 1:
+            raise ConfigError(where, key, f'the value has spaces; quote it: {key}="{raw}"')
+        values[key] = words[0] if words else ""
+    return ClusterEnv(path=path, values=values)

@@ -1,0 +1,85 @@
+"""What makes two items the same experiment: model, backend and item identities."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_haico import __version__
+from pytest_haico.experiment import Arm, Script
+from pytest_haico.settings import Profile
+
+# Sharded checkpoints name their shards in an index; single-file ones have none.
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def model_identity(arm: Arm, *, profile: Profile, endpoint: str | None = None) -> str:
+    """The weights that answer: hashes of config.json and the shard index, or HF id + revision."""
+    if endpoint:
+        return f"endpoint:{endpoint};served_name:{arm.served_name}"
+    if profile is Profile.LOCAL:
+        return "standin:" + _canonical(arm.standin.model_dump(mode="json"))
+    if arm.model.hf_id:
+        return f"hf:{arm.model.hf_id}@{arm.model.revision or 'unpinned'}"
+    if arm.model.path:
+        directory = Path(arm.model.path)
+        parts = [f"path:{directory}", f"config.json:{_file_sha256(directory / 'config.json')}"]
+        index = next((directory / n for n in SHARD_INDEXES if (directory / n).is_file()), None)
+        if index is not None:
+            parts.append(f"{index.name}:{_file_sha256(index)}")
+        else:
+            weights = sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin"))
+            parts.append("weights:" + ",".join(f"{w.name}={w.stat().st_size}" for w in weights))
+        return ";".join(parts)
+    return "unspecified"
+
+
+def backend_identity(
+    arm: Arm,
+    *,
+    profile: Profile,
+    image: str | None = None,
+    command: str | None = None,
+    site_image: str | None = None,
+) -> str:
+    """The backend build: a command, else an image (this run's, the arm's, the site's)."""
+    if command:
+        return f"cmd:{command}"
+    chosen = image or arm.backend.image or (site_image if profile is Profile.CLUSTER else None)
+    if chosen:
+        return f"image:{chosen}"
+    if profile is Profile.LOCAL:
+        return f"standin:pytest_haico.standins.backend@{__version__}"
+    return "unspecified"
+
+
+def item_id(arm: Arm, script: Script, repeat: int, *, model: str, backend: str) -> str:
+    """sha256 of the canonical projection of everything that determines the item's result.
+
+    Tags, stratum, description and the repeat count are left out: re-tagging a script
+    or adding repeats keeps the ids of the items that already ran.
+    """
+    arm_fields = arm.model_dump(mode="json", include={"model", "vllm", "generation", "agent"})
+    arm_fields["model"]["served_name"] = arm.served_name
+    projection = {
+        "turns": [turn.model_dump(mode="json", exclude_none=True) for turn in script.turns],
+        "repeat": repeat,
+        "arm": arm_fields,
+        "model_identity": model,
+        "backend_identity": backend,
+    }
+    return hashlib.sha256(_canonical(projection).encode()).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _file_sha256(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return "missing"

@@ -1,0 +1,125 @@
+"""pytest-haico's hooks: options, configuration and the registration of its plugin objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.errors import ConfigError
+from pytest_haico.items import ItemSpec
+from pytest_haico.settings import Settings, add_options, resolve_settings
+
+CAMPAIGN_PLUGIN = "haico-campaign"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "haico_item(spec): a scripted conversation of the campaign (set by pytest-haico)"
+    )
+    settings = resolve_settings(config)
+    if not settings.experiments.is_dir():
+        if settings.experiments_given:
+            raise pytest.UsageError(
+                f"haico: --haico-experiments {settings.experiments}: no such directory; it must "
+                "hold arms/*.toml and scripts/*.yaml|*.jsonl"
+            )
+        return
+    # Heavy imports only when there is a campaign to run.
+    from pytest_haico.campaign import CampaignPlugin
+    from pytest_haico.cluster_env import load_cluster_env
+    from pytest_haico.experiment import load_experiments
+    from pytest_haico.items import build_item_specs
+    from pytest_haico.recorder import Recorder
+    from pytest_haico.slurm import SlurmJob
+
+    job = SlurmJob.from_environ(os.environ)
+    try:
+        experiments = load_experiments(settings.experiments)
+        site = load_cluster_env(settings.cluster_env) if settings.cluster_env else None
+        settings = _with_site_results(settings, site.get("CLUSTER_WORK") if site else None)
+        _check_selection(settings, experiments.arms.keys(), experiments.strata)
+        _check_shard_given(settings, job.in_array)
+        _check_xdist(config, settings.experiments)
+        specs = build_item_specs(
+            experiments, settings, site_image=site.get("BACKEND_IMAGE") if site else None
+        )
+    except ConfigError as exc:
+        raise pytest.UsageError(f"haico: {exc}") from None
+    for tag in sorted(experiments.tags):
+        config.addinivalue_line("markers", f"{tag}: script tag (pytest-haico)")
+    recorder = Recorder(
+        campaign_dir=settings.results / settings.campaign,
+        campaign=settings.campaign,
+        job=job,
+        max_attempts=settings.max_attempts,
+    )
+    config.pluginmanager.register(CampaignPlugin(settings, specs, recorder), CAMPAIGN_PLUGIN)
+
+
+@pytest.fixture
+def haico_item(request: pytest.FixtureRequest) -> ItemSpec:
+    """The item's spec (arm, script, repeat, item_id); pytest-haico parametrises it."""
+    raise pytest.UsageError(
+        f"haico: {request.node.nodeid} uses haico_item, but no campaign was loaded: is there an "
+        "experiments directory (--haico-experiments) with arms/ and scripts/?"
+    )
+
+
+def _with_site_results(settings: Settings, cluster_work: str | None) -> Settings:
+    if settings.sources.get("results") != "default" or not cluster_work:
+        return settings
+    if os.environ.get("CLUSTER_WORK"):
+        return settings
+    return dataclasses.replace(settings, results=Path(cluster_work) / "results")
+
+
+def _check_selection(settings: Settings, arms: object, strata: frozenset[str]) -> None:
+    known_arms = sorted(arms)  # type: ignore[call-overload]
+    for arm in settings.arms:
+        if arm not in known_arms:
+            raise ConfigError(
+                f"--haico-arm {arm}", "", f"no such arm; known arms: {', '.join(known_arms)}"
+            )
+    for stratum in settings.strata:
+        if stratum not in strata:
+            raise ConfigError(
+                f"--haico-stratum {stratum}",
+                "",
+                f"no script has this stratum; known strata: {', '.join(sorted(strata))}",
+            )
+
+
+def _check_shard_given(settings: Settings, in_array: bool) -> None:
+    if in_array and not settings.shard_given:
+        raise ConfigError(
+            "--haico-shard",
+            "",
+            "this run is a Slurm array task (SLURM_ARRAY_TASK_ID is set) but no shard was given: "
+            "pass --haico-shard $SLURM_ARRAY_TASK_ID/<array size>, or every task runs every item",
+        )
+
+
+def _check_xdist(config: pytest.Config, experiments: Path) -> None:
+    """`-n` with haico items: refused on the controller, before workers start stacks."""
+    if getattr(config.option, "dist", "no") == "no" or hasattr(config, "workerinput"):
+        return
+    from pytest_haico.campaign import XDIST_MESSAGE
+
+    for path in _collection_paths(config):
+        if path.is_relative_to(experiments) or experiments.is_relative_to(path):
+            raise ConfigError("-n / --numprocesses", "", XDIST_MESSAGE.removeprefix("haico: "))
+
+
+def _collection_paths(config: pytest.Config) -> list[Path]:
+    """The paths pytest will collect from (arguments, else testpaths, else the cwd)."""
+    from_testpaths = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    base = Path(config.rootpath if from_testpaths else config.invocation_params.dir)
+    return [(base / arg.split("::")[0]).resolve() for arg in config.args]

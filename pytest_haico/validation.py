@@ -1,0 +1,103 @@
+"""Turning pydantic validation errors into one message that names the field and the fix."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+
+class FieldError(ValueError):
+    """A cross-field check that names the field it is about (dotted path, list indices as ints)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(problem)
+        self.field = field
+        self.problem = problem
+
+
+def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str]:
+    """The field path and the problem of the first error; further errors are counted."""
+    errors = exc.errors()
+    first = errors[0]
+    field, problem = _describe(first, model)
+    others = len({_describe(e, model)[0] for e in errors} - {field})
+    if others:
+        problem += f" (and {others} more problem{'s' if others > 1 else ''})"
+    return field, problem
+
+
+def _describe(error: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        prefix = _field_path(error["loc"], model)
+        return (f"{prefix}.{cause.field}" if prefix else cause.field), cause.problem
+    field = _field_path(error["loc"], model)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        valid = _valid_keys(error["loc"][:-1], model)
+        return field, f"unknown key; valid keys here: {', '.join(valid)}"
+    if kind == "missing":
+        return field, "required, but missing"
+    message = error["msg"]
+    if kind == "value_error":
+        message = message.removeprefix("Value error, ")
+    return field, f"{message}, got {_show(error.get('input'))}"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _field_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> str:
+    """`turns.1.branch_from` from pydantic's loc, without union and validator tags."""
+    parts: list[str] = []
+    annotation: Any = model
+    for component in loc:
+        step = _step_into(annotation, component)
+        if step is None:
+            continue
+        annotation = step
+        parts.append(str(component))
+    return ".".join(parts)
+
+
+def _step_into(annotation: Any, component: int | str) -> Any | None:
+    """The annotation one level below `annotation` at `component`, or None for a tag."""
+    for candidate in _unwrap(annotation):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            if isinstance(component, str) and component in candidate.model_fields:
+                return candidate.model_fields[component].annotation
+            if isinstance(component, str):
+                return object  # an unknown key: keep it, nothing below it is known
+        origin = typing.get_origin(candidate)
+        if origin in (tuple, list) and isinstance(component, int):
+            return typing.get_args(candidate)[0]
+        if origin is dict and isinstance(component, str):
+            return typing.get_args(candidate)[1]
+    return None
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [inner for arg in typing.get_args(annotation) for inner in _unwrap(arg)]
+    return [annotation]
+
+
+def _valid_keys(loc: tuple[int | str, ...], model: type[BaseModel]) -> list[str]:
+    annotation: Any = model
+    for component in loc:
+        step = _step_into(annotation, component)
+        if step is not None:
+            annotation = step
+    for candidate in _unwrap(annotation):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return [name for name in candidate.model_fields if name != "name"]
+    return []

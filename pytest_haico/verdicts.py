@@ -1,0 +1,59 @@
+"""Verdicts: what an item attempt ended as, their precedence and their pytest outcome."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+
+class Outcome(enum.StrEnum):
+    """The pytest outcome a verdict maps to (the ledger's ``outcome`` field)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+class Verdict(enum.StrEnum):
+    """What one item attempt ended as; members are listed in precedence order."""
+
+    SUBSTITUTED = "substituted"
+    INFRA_ERROR = "infra_error"
+    RATE_LIMITED = "rate_limited"
+    INTERRUPTED = "interrupted"
+    RECURSION_LIMIT = "recursion_limit"
+    BLANK_TURN = "blank_turn"
+    EXPECTATION_FAILED = "expectation_failed"
+    COMPLETED = "completed"
+    GAVE_UP = "gave_up"
+
+    @property
+    def outcome(self) -> Outcome:
+        if self is Verdict.COMPLETED:
+            return Outcome.PASSED
+        if self in _ERROR_VERDICTS:
+            return Outcome.ERROR
+        return Outcome.FAILED
+
+    @property
+    def is_terminal(self) -> bool:
+        """A terminal verdict means the item is done: resume does not run it again."""
+        return self not in _RETRIED_VERDICTS
+
+    @property
+    def counts_as_attempt(self) -> bool:
+        """Infra failures use up an attempt; an interrupted attempt does not."""
+        return self in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED)
+
+
+_RETRIED_VERDICTS = frozenset({Verdict.INFRA_ERROR, Verdict.RATE_LIMITED, Verdict.INTERRUPTED})
+_ERROR_VERDICTS = frozenset(
+    {Verdict.INFRA_ERROR, Verdict.RATE_LIMITED, Verdict.INTERRUPTED, Verdict.GAVE_UP}
+)
+_PRECEDENCE = {verdict: rank for rank, verdict in enumerate(Verdict)}
+
+
+def resolve_verdict(candidates: Iterable[Verdict]) -> Verdict:
+    """The verdict that wins when several apply (``completed`` when none does)."""
+    return min(candidates, key=_PRECEDENCE.__getitem__, default=Verdict.COMPLETED)
