@@ -225,7 +225,8 @@ class Experiments:
 
 def load_experiments(root: Path) -> Experiments:
     """Load and validate `arms/*.toml` and `scripts/*.yaml|*.jsonl` under `root`."""
-    arms = {path.stem: load_arm(path) for path in sorted((root / "arms").glob("*.toml"))}
+    arm_files = sorted((root / "arms").glob("*.toml"), key=lambda path: path.stem)
+    arms = {path.stem: load_arm(path) for path in arm_files}
     scripts: list[ScriptSource] = []
     seen: dict[str, ScriptSource] = {}
     script_dir = root / "scripts"

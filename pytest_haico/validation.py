@@ -21,7 +21,8 @@ class FieldError(ValueError):
 
 def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str]:
     """The field path and the problem of the first error; further errors are counted."""
-    errors = exc.errors()
+    # An unknown key first: it usually explains a "missing" one (a typo in its name).
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     field, problem = _describe(first, model)
     others = len({_describe(e, model)[0] for e in errors} - {field})

@@ -1,0 +1,83 @@
+"""item_id: what determines a result is in it; tags, stratum and repeat count are not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_haico.experiment import Arm, Script
+from pytest_haico.identity import backend_identity, item_id, model_identity
+from pytest_haico.settings import Profile
+
+SCRIPT = {
+    "id": "plan",
+    "stratum": "default",
+    "tags": ["smoke"],
+    "repeats": 1,
+    "turns": [{"user": "Plan a trip."}, {"user": "Write it up.", "expect": {"artifact": True}}],
+}
+
+
+def arm(**sections: object) -> Arm:
+    return Arm.model_validate({"name": "demo", **sections})
+
+
+def script(**changes: object) -> Script:
+    return Script.model_validate({**SCRIPT, **changes})
+
+
+def identity(a: Arm, s: Script, repeat: int = 0, *, model: str = "m", backend: str = "b") -> str:
+    return item_id(a, s, repeat, model=model, backend=backend)
+
+
+def test_retagging_restratifying_or_adding_repeats_keeps_the_id() -> None:
+    base = identity(arm(), script())
+    assert identity(arm(), script(tags=["demo", "long"])) == base
+    assert identity(arm(), script(stratum="long", description="now longer")) == base
+    assert identity(arm(), script(repeats=5)) == base
+    assert identity(arm(description="another text"), script()) == base
+
+
+def test_a_changed_turn_changes_the_id() -> None:
+    base = identity(arm(), script())
+    changed = [{"user": "Plan a trip."}, {"user": "Write it up."}]
+    assert identity(arm(), script(turns=changed)) != base
+    assert identity(arm(), script(turns=[{"user": "Plan a cruise."}, SCRIPT["turns"][1]])) != base
+
+
+def test_the_repeat_index_is_in_the_id() -> None:
+    assert identity(arm(), script(), 0) != identity(arm(), script(), 1)
+
+
+def test_a_changed_arm_setting_changes_the_id() -> None:
+    base = identity(arm(), script())
+    assert identity(arm(generation={"temperature": 0.7}), script()) != base
+    assert identity(arm(agent={"recursion_limit": 99}), script()) != base
+    assert identity(arm(vllm={"extra_args": ["--enforce-eager"]}), script()) != base
+    assert identity(arm(model={"served_name": "other"}), script()) != base
+
+
+def test_new_weights_under_the_same_path_change_the_id(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"hidden_size": 1}')
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    a = arm(model={"path": str(tmp_path)})
+    before = model_identity(a, profile=Profile.CLUSTER)
+    (tmp_path / "config.json").write_text('{"hidden_size": 2}')
+    after = model_identity(a, profile=Profile.CLUSTER)
+    assert before != after
+    assert identity(a, script(), model=before) != identity(a, script(), model=after)
+
+
+def test_a_new_backend_image_changes_the_id() -> None:
+    a = arm()
+    old = backend_identity(a, profile=Profile.CLUSTER, image="docker://haico@sha256:" + "1" * 64)
+    new = backend_identity(a, profile=Profile.CLUSTER, image="docker://haico@sha256:" + "2" * 64)
+    cmd = backend_identity(a, profile=Profile.CLUSTER, command="uv run haico-backend")
+    assert len({old, new, cmd}) == 3
+    assert identity(a, script(), backend=old) != identity(a, script(), backend=new)
+
+
+def test_hf_model_identity_records_an_unpinned_revision() -> None:
+    pinned = arm(model={"hf_id": "Qwen/Qwen2.5-7B", "revision": "abc123"})
+    unpinned = arm(model={"hf_id": "Qwen/Qwen2.5-7B"})
+    assert model_identity(pinned, profile=Profile.CLUSTER) == "hf:Qwen/Qwen2.5-7B@abc123"
+    assert model_identity(unpinned, profile=Profile.CLUSTER) == "hf:Qwen/Qwen2.5-7B@unpinned"

@@ -1,0 +1,133 @@
+"""The ledger: durable one-line appends, and a reader that survives kills and hand edits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.ledger import LedgerWriter, iter_ledger, iter_ledger_dir
+from pytest_haico.records import LedgerRecord
+from pytest_haico.resume import ResumeIndex
+from pytest_haico.verdicts import Verdict
+
+
+def make_record(
+    item_id: str = "a" * 64,
+    *,
+    verdict: Verdict = Verdict.COMPLETED,
+    attempt: int = 1,
+    finished_at: str = "2026-01-01T00:00:01+00:00",
+) -> LedgerRecord:
+    return LedgerRecord(
+        run_id="local-1.1",
+        campaign="default",
+        arm="demo",
+        stratum="default",
+        item_id=item_id,
+        nodeid="t::x",
+        script="s",
+        script_sha256="0" * 64,
+        repeat=0,
+        attempt=attempt,
+        outcome=verdict.outcome,
+        verdict=verdict,
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at=finished_at,
+        duration_s=1.0,
+        model_identity="m",
+        backend_identity="b",
+        harness_version="0",
+    )
+
+
+def read(path: Path) -> tuple[list[dict[str, object]], list[str]]:
+    warnings: list[str] = []
+    return [r.data for r in iter_ledger(path, warn=warnings.append)], warnings
+
+
+def test_append_writes_one_fsynced_line_per_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    writer = LedgerWriter(tmp_path / "ledger" / "run.jsonl")
+    writer.append(make_record("a" * 64))
+    writer.append(make_record("b" * 64))
+    writer.close()
+    lines = (tmp_path / "ledger" / "run.jsonl").read_text().splitlines()
+    assert [json.loads(line)["item_id"] for line in lines] == ["a" * 64, "b" * 64]
+    assert json.loads(lines[0])["schema"] == 1
+    assert len(synced) == 2
+
+
+def test_reader_skips_a_torn_last_line_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    good = make_record().to_line()
+    path.write_bytes(good + good[: len(good) // 2])
+    records, warnings = read(path)
+    assert len(records) == 1
+    assert warnings == [f"{path}:2: skipped a torn last line (a kill mid-write?)"]
+    assert path.read_bytes() == good + good[: len(good) // 2]  # never rewritten
+
+
+def test_reader_survives_empty_garbage_and_future_schema(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(b"")
+    future = json.dumps({"schema": 2, "item_id": "x"}).encode() + b"\n"
+    (tmp_path / "b.jsonl").write_bytes(b"not json\n" + future + b"[1]\n" + make_record().to_line())
+    warnings: list[str] = []
+    records = list(iter_ledger_dir(tmp_path, warn=warnings.append))
+    assert [r.line for r in records] == [4]
+    assert warnings == [
+        f"{tmp_path / 'b.jsonl'}:1: skipped not valid JSON",
+        f"{tmp_path / 'b.jsonl'}:2: skipped a record of schema 2, newer than this pytest-haico "
+        "reads (1); upgrade pytest-haico",
+        f"{tmp_path / 'b.jsonl'}:3: skipped, not a JSON object",
+    ]
+
+
+def test_next_append_after_a_torn_line_starts_on_a_fresh_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(make_record("a" * 64).to_line() + b'{"schema": 1, "item_')
+    writer = LedgerWriter(path)
+    writer.append(make_record("b" * 64))
+    writer.close()
+    records, warnings = read(path)
+    assert [r["item_id"] for r in records] == ["a" * 64, "b" * 64]
+    assert warnings == [f"{path}:2: skipped not valid JSON"]
+
+
+def test_resume_index_keeps_the_newest_record(tmp_path: Path) -> None:
+    writer = LedgerWriter(tmp_path / "r.jsonl")
+    writer.append(
+        make_record(
+            "a" * 64,
+            verdict=Verdict.INFRA_ERROR,
+            attempt=1,
+            finished_at="2026-01-01T00:00:01+00:00",
+        )
+    )
+    writer.append(
+        make_record(
+            "a" * 64, verdict=Verdict.COMPLETED, attempt=2, finished_at="2026-01-01T00:00:05+00:00"
+        )
+    )
+    writer.append(
+        make_record(
+            "b" * 64,
+            verdict=Verdict.INTERRUPTED,
+            attempt=2,
+            finished_at="2026-01-01T00:00:03+00:00",
+        )
+    )
+    writer.close()
+    index = ResumeIndex()
+    index.add_all(iter_ledger_dir(tmp_path, warn=pytest.fail), warn=pytest.fail)
+    a, b = index.get("a" * 64), index.get("b" * 64)
+    assert a is not None and a.done and a.verdict is Verdict.COMPLETED
+    assert b is not None and not b.done and b.next_attempt == 2  # interrupted: not counted
+    assert index.get("c" * 64) is None

@@ -1,0 +1,182 @@
+"""Items, their ids, and how a run selects, limits, shards and orders them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.campaign.conftest import CampaignDir
+
+NODE = "experiments/test_conversations.py::test_conversation"
+
+
+def collected(result: pytest.RunResult) -> list[str]:
+    """Test ids of the collected items, in run order, from --collect-only -q."""
+    return [
+        m.group(1)
+        for line in result.outlines
+        if (m := re.match(re.escape(NODE) + r"\[(.+)\]$", line))
+    ]
+
+
+def test_items_are_arm_script_repeat(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.yaml", "id: plan\nrepeats: 2\nturns:\n  - user: hi\n")
+    result = campaign.run("--collect-only", "-q")
+    assert collected(result) == ["demo-plan-r0", "demo-plan-r1"]
+
+
+def test_haico_arm_is_exact_while_k_is_a_substring(campaign: CampaignDir) -> None:
+    campaign.arm("qwen32b")
+    campaign.arm("qwen32b-awq")
+    campaign.simple_scripts("greet")
+    by_k = collected(campaign.run("--collect-only", "-q", "-k", "qwen32b"))
+    assert by_k == ["qwen32b-greet-r0", "qwen32b-awq-greet-r0"]
+    by_arm = collected(campaign.run("--collect-only", "-q", "--haico-arm", "qwen32b"))
+    assert by_arm == ["qwen32b-greet-r0"]
+    two = collected(
+        campaign.run("--collect-only", "-q", "--haico-arm", "qwen32b", "--haico-arm", "qwen32b-awq")
+    )
+    assert len(two) == 2
+
+
+def test_haico_stratum_selects_exactly(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a", "b", stratum="short")
+    campaign.scripts("c.yaml", "id: c\nstratum: shorter\nturns:\n  - user: hi\n")
+    assert collected(campaign.run("--collect-only", "-q", "--haico-stratum", "short")) == [
+        "demo-a-r0",
+        "demo-b-r0",
+    ]
+
+
+def test_limit_per_stratum_keeps_the_first_n_of_each_arm_and_stratum(
+    campaign: CampaignDir,
+) -> None:
+    campaign.arm("one")
+    campaign.arm("two")
+    campaign.simple_scripts("s1", "s2", "s3", stratum="short")
+    campaign.scripts(
+        "long.jsonl",
+        "".join(
+            f'{{"id": "l{i}", "stratum": "long", "turns": [{{"user": "long {i}"}}]}}\n'
+            for i in range(3)
+        ),
+    )
+    result = campaign.run("--collect-only", "-q", "--haico-limit-per-stratum", "2")
+    assert collected(result) == [
+        "one-l0-r0",
+        "one-l1-r0",
+        "one-s1-r0",
+        "one-s2-r0",
+        "two-l0-r0",
+        "two-l1-r0",
+        "two-s1-r0",
+        "two-s2-r0",
+    ]
+
+
+def test_script_tags_are_markers_and_keywords(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts(
+        "a.yaml",
+        """
+        - id: quick
+          tags: [smoke]
+          turns: [{user: hi}]
+        - id: slow
+          tags: [long_run]
+          turns: [{user: hello}]
+        """,
+    )
+    assert collected(campaign.run("--collect-only", "-q", "--strict-markers", "-m", "smoke")) == [
+        "demo-quick-r0"
+    ]
+    assert collected(campaign.run("--collect-only", "-q", "-k", "long_run")) == ["demo-slow-r0"]
+    campaign.run("--markers").stdout.fnmatch_lines(["@pytest.mark.smoke: script tag*"])
+
+
+def test_shards_are_disjoint_exhaustive_and_stable(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts(*(f"s{i:02d}" for i in range(30)))
+    everything = set(collected(campaign.run("--collect-only", "-q")))
+    shards = [
+        set(collected(campaign.run("--collect-only", "-q", f"--haico-shard={i}/3")))
+        for i in range(3)
+    ]
+    assert set.union(*shards) == everything and sum(map(len, shards)) == len(everything)
+    assert all(shards)
+    campaign.simple_scripts(*(f"new{i:02d}" for i in range(10)))
+    after = [
+        set(collected(campaign.run("--collect-only", "-q", f"--haico-shard={i}/3")))
+        for i in range(3)
+    ]
+    for before_shard, after_shard in zip(shards, after, strict=True):
+        assert after_shard & everything == before_shard
+
+
+def test_a_job_array_task_must_give_its_shard(
+    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "100")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    result = campaign.run("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--haico-shard: this run is a Slurm array task*pass "
+            "--haico-shard $SLURM_ARRAY_TASK_ID/<array size>*"
+        ]
+    )
+    assert campaign.run("--collect-only", "--haico-shard", "1/2").ret == pytest.ExitCode.OK
+
+
+SHUFFLE = """
+import random
+
+def pytest_collection_modifyitems(items):
+    random.Random({seed}).shuffle(items)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_items_are_grouped_by_arm_after_reordering(campaign: CampaignDir, seed: int) -> None:
+    for name in ("alpha", "beta", "gamma"):
+        campaign.arm(name)
+    campaign.simple_scripts(*(f"s{i}" for i in range(6)))
+    (campaign.experiments / "conftest.py").write_text(SHUFFLE.format(seed=seed))
+    order = [test_id.split("-")[0] for test_id in collected(campaign.run("--collect-only", "-q"))]
+    assert len(order) == 18
+    groups = [arm for i, arm in enumerate(order) if i == 0 or order[i - 1] != arm]
+    assert sorted(groups) == ["alpha", "beta", "gamma"]  # each arm is one contiguous run
+
+
+def test_failed_first_keeps_arms_together(pytester: pytest.Pytester, campaign: CampaignDir) -> None:
+    for name in ("alpha", "beta"):
+        campaign.arm(name)
+    campaign.simple_scripts("a", "b")
+    campaign.scripts("z.yaml", "id: z\nturns:\n  - user: fail here\n")
+    first = pytester.runpytest("experiments", "--haico-no-resume")
+    first.assert_outcomes(passed=4, failed=2)
+    again = pytester.runpytest("experiments", "--haico-no-resume", "--ff", "-v")
+    verbose_line = re.escape(NODE) + r"\[(\w+)-\S+\] (?:PASSED|FAILED)"
+    order = [m.group(1) for line in again.outlines if (m := re.match(verbose_line, line))]
+    groups = [arm for i, arm in enumerate(order) if i == 0 or order[i - 1] != arm]
+    assert len(order) == 6 and sorted(groups) == ["alpha", "beta"]
+
+
+def test_xdist_with_haico_items_points_to_concurrency_and_arrays(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    result = campaign.run("-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*-n / --numprocesses: haico items cannot run under "
+            "pytest-xdist*--haico-concurrency N*--haico-shard I/N*"
+        ]
+    )
