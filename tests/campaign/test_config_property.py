@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
