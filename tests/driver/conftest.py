@@ -1,0 +1,59 @@
+"""The `converse` fixture: one conversation against a fake backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from driver_fakes import (
+    BACKEND,
+    ENDPOINT,
+    THREAD,
+    TOKEN,
+    Conversation,
+    Converse,
+    FakeBackend,
+    FakeSnapshots,
+    make_arm,
+    make_script,
+)
+
+from pytest_haico.driver import ConversationProgress, run_conversation
+from pytest_haico.experiment import Arm, Script
+
+
+@pytest.fixture
+def converse(tmp_path: Path) -> Converse:
+    """Run one conversation against a `FakeBackend`; keyword arguments go to run_conversation."""
+
+    async def run(
+        backend: FakeBackend,
+        script: Script | None = None,
+        *,
+        arm: Arm | None = None,
+        snapshots: FakeSnapshots | None = None,
+        progress: ConversationProgress | None = None,
+        **kwargs: Any,
+    ) -> Conversation:
+        snapshots = snapshots or FakeSnapshots()
+        transcript = tmp_path / "transcripts" / "item.run.1.jsonl"
+        kwargs.setdefault("snapshot_wait_s", 0.0)
+        async with httpx.AsyncClient(transport=backend.transport()) as client:
+            result = await run_conversation(
+                client,
+                backend_url=BACKEND,
+                token=TOKEN,
+                endpoint_url=ENDPOINT,
+                arm=arm or make_arm(),
+                script=script or make_script(),
+                thread_id=THREAD,
+                transcript_path=transcript,
+                snapshots=snapshots,
+                progress=progress,
+                **kwargs,
+            )
+        return Conversation(result, backend, snapshots, transcript)
+
+    return run

@@ -1,0 +1,179 @@
+"""How the driver reads the SSE stream: chunk boundaries, multi-line data, comments, cuts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import httpx
+import pytest
+from driver_fakes import (
+    Converse,
+    FakeBackend,
+    Reply,
+    answer,
+    complete,
+    make_script,
+    sse,
+    step,
+    tool_call,
+)
+from httpx_sse import aconnect_sse
+
+from pytest_haico.verdicts import Verdict
+
+pytestmark = pytest.mark.asyncio
+
+# A whole turn as one byte string: non-ASCII text (multi-byte UTF-8), a tool
+# call, a comment, an id line and CRLF line ends in the middle.
+STREAM = b"".join(
+    [
+        b": connected\n\n",
+        step("", tool_calls=[tool_call()]),
+        b"id: 7\r\n" + step("Chania → Heraklion, 🏖").replace(b"\n", b"\r\n"),
+        b": keep-alive\n\n",
+        complete(tokens=(11, 22)),
+    ]
+)
+
+
+def _split(data: bytes, *offsets: int) -> list[bytes]:
+    bounds = [0, *offsets, len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+
+
+async def _events(chunks: list[bytes]) -> list[str]:
+    transport = FakeBackend(chunks).transport()
+    async with (
+        httpx.AsyncClient(transport=transport) as client,
+        aconnect_sse(client, "POST", "http://backend/") as source,
+    ):
+        return [event.data async for event in source.aiter_sse() if event.data]
+
+
+async def test_every_split_point_yields_the_same_events() -> None:
+    # httpx-sse rather than a parser of our own: this pins its behaviour at
+    # every two-chunk boundary, inside multi-byte characters and CRLF pairs too.
+    whole = await _events([STREAM])
+    assert [json.loads(data)["type"] for data in whole] == ["step", "step", "complete"]
+    assert "Chania → Heraklion, 🏖" in whole[1]
+    for offset in range(1, len(STREAM)):
+        assert await _events(_split(STREAM, offset)) == whole, offset
+
+
+async def test_stream_delivered_one_byte_at_a_time_completes(converse: Converse) -> None:
+    chunks = [STREAM[i : i + 1] for i in range(len(STREAM))]
+    done = await converse(FakeBackend(chunks))
+    assert done.result.verdict is Verdict.COMPLETED
+    turn = done.result.turns[0]
+    assert (turn.steps, turn.tool_calls, turn.tokens_in, turn.tokens_out) == (2, 1, 11, 22)
+    events = [line["data"] for line in done.lines if line["kind"] == "event"]
+    contents = [event["step"]["content"] for event in events if event["type"] == "step"]
+    assert contents == ["", "Chania → Heraklion, 🏖"]
+
+
+async def test_event_split_across_chunks_mid_json(converse: Converse) -> None:
+    event = step("The plan.")
+    chunks = [event[:9], event[9:30], event[30:-1], event[-1:], complete()]
+    done = await converse(FakeBackend(chunks))
+    assert done.result.verdict is Verdict.COMPLETED
+    assert done.result.turns[0].steps == 1
+
+
+async def test_multi_line_data_is_joined_into_one_event(converse: Converse) -> None:
+    body = (
+        b'data: {"type": "step",\n'
+        b'data:  "step": {"content": "line one\\nline two", "tool_calls": []}}\n'
+        b"\n"
+    )
+    done = await converse(FakeBackend([body, complete()]))
+    assert done.result.verdict is Verdict.COMPLETED
+    (event, _complete) = [line for line in done.lines if line["kind"] == "event"]
+    assert event["data"]["step"]["content"] == "line one\nline two"
+
+
+async def test_comments_and_other_fields_are_ignored(converse: Converse) -> None:
+    body = (
+        b": ping\n\n"
+        b"retry: 3000\n"
+        b"event: step\n"
+        b"id: 1\n"
+        + step("Answer.")
+        # httpx-sse dispatches a data-less event here (the id sticks); the driver drops it.
+        + b"\n\n: ping\n\n"
+    )
+    done = await converse(FakeBackend([body, complete()]))
+    assert done.result.verdict is Verdict.COMPLETED
+    assert done.result.turns[0].steps == 1
+    assert [line["kind"] for line in done.lines].count("event") == 2
+
+
+async def test_unknown_fields_and_event_types_are_tolerated(converse: Converse) -> None:
+    body = [
+        sse({"type": "heartbeat", "seq": 1}),
+        sse(
+            {
+                "type": "step",
+                "new_field": [1, 2],
+                "step": {"content": [{"type": "text", "text": "Answer."}], "tokens": 3},
+            }
+        ),
+        sse({"type": "complete", "recursion_limit_reached": False, "usage": None, "x": 1}),
+    ]
+    done = await converse(FakeBackend(body))
+    assert done.result.verdict is Verdict.COMPLETED
+    assert done.result.turns[0].tokens_in is None
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b'data: {"type": "complete", "recursion_lim', id="mid-json"),
+        pytest.param(complete()[:-1], id="complete-without-blank-line"),
+        pytest.param(b"", id="no-terminal-event"),
+    ],
+)
+async def test_stream_cut_before_a_terminal_event_is_infra_error(
+    converse: Converse, tail: bytes
+) -> None:
+    backend = FakeBackend([step("partial"), tail], answer())
+    done = await converse(backend, make_script("a", "b"))
+    assert done.result.verdict is Verdict.INFRA_ERROR
+    assert done.result.error is not None
+    assert done.result.error.kind == "broken_stream"
+    assert done.result.turns[0].steps == 1
+    assert len(backend.requests) == 1
+
+
+async def test_connection_dropped_mid_stream_is_infra_error(converse: Converse) -> None:
+    failure = httpx.RemoteProtocolError("peer closed connection without sending complete body")
+    done = await converse(FakeBackend(Reply(chunks=[step("partial")], fail=failure)))
+    assert done.result.verdict is Verdict.INFRA_ERROR
+    assert done.result.error is not None
+    assert done.result.error.kind == "broken_stream"
+    assert "peer closed" in done.result.error.message
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        pytest.param([b"data: not json\n\n"], "text/event-stream", id="data-not-json"),
+        pytest.param([sse({"type": "step", "step": "text"})], "text/event-stream", id="bad-step"),
+        pytest.param([b'{"answer": 1}'], "application/json", id="not-an-event-stream"),
+    ],
+)
+async def test_protocol_violation_is_infra_error(
+    converse: Converse, body: list[bytes], content_type: str
+) -> None:
+    done = await converse(FakeBackend(Reply(chunks=body, content_type=content_type)))
+    assert done.result.verdict is Verdict.INFRA_ERROR
+    assert done.result.error is not None
+    assert done.result.error.kind == "protocol"
+
+
+async def test_reading_stops_at_the_terminal_event(converse: Converse) -> None:
+    # A backend that keeps the connection open after `complete` must not hang the turn.
+    backend = FakeBackend(Reply(chunks=answer(), hang=True), answer())
+    done = await converse(backend, make_script("a", "b"), turn_timeout_s=2.0)
+    assert done.result.verdict is Verdict.COMPLETED
+    assert len(backend.requests) == 2
