@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_haico.errors import ConfigError
-from pytest_haico.items import ItemSpec
 from pytest_haico.settings import Settings, add_options, resolve_settings
+
+if TYPE_CHECKING:
+    from pytest_haico.items import ItemSpec
 
 CAMPAIGN_PLUGIN = "haico-campaign"
 
