@@ -1,0 +1,41 @@
+"""The loopback stack: service processes, ports, Postgres, the janitor and the profiles."""
+
+from __future__ import annotations
+
+from pytest_haico.stack.janitor import Registry, ServiceRecord, reap_orphans
+from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
+from pytest_haico.stack.ports import PortPool, derive_base_port, is_port_free, reap_stale_claims
+from pytest_haico.stack.postgres import PostgresBinaries, PostgresService, find_postgres_binaries
+from pytest_haico.stack.profiles import HttpService, Stack, build_local_stack
+from pytest_haico.stack.service import (
+    Command,
+    PortInUseError,
+    Service,
+    ServiceProcess,
+    new_secret,
+    redact,
+)
+
+__all__ = [
+    "Command",
+    "HttpService",
+    "Orchestrator",
+    "PortInUseError",
+    "PortPool",
+    "PostgresBinaries",
+    "PostgresService",
+    "Registry",
+    "Service",
+    "ServiceProcess",
+    "ServiceRecord",
+    "ServiceTiming",
+    "Stack",
+    "build_local_stack",
+    "derive_base_port",
+    "find_postgres_binaries",
+    "is_port_free",
+    "new_secret",
+    "reap_orphans",
+    "reap_stale_claims",
+    "redact",
+]

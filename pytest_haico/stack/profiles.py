@@ -1,0 +1,241 @@
+"""HTTP services and the local profile: Postgres, the stand-in LLM server and backend."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from pytest_haico.errors import ConfigError, StackError
+from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
+from pytest_haico.stack.ports import PortPool
+from pytest_haico.stack.postgres import PostgresService
+from pytest_haico.stack.service import Command, inherited_env, new_secret
+
+
+@dataclass(kw_only=True)
+class HttpService:
+    """A service answering HTTP on 127.0.0.1:<port>; healthy when `health_path` answers 2xx."""
+
+    name: str
+    argv: Callable[[int], Sequence[str]]
+    env: Callable[[], Mapping[str, str]] = field(default=dict)
+    health_path: str = "/health"
+    health_headers: Mapping[str, str] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    start_timeout: float = 60.0
+    stop_signal: signal.Signals = signal.SIGTERM
+    death_signal: signal.Signals | None = signal.SIGKILL
+    secrets: tuple[str, ...] = ()
+    cleanup_paths: tuple[Path, ...] = ()
+    port: int | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. http://127.0.0.1:20001 (known once a port was assigned)."""
+        if self.port is None:
+            raise StackError(f"{self.name} has no port yet: start the stack first")
+        return f"http://127.0.0.1:{self.port}"
+
+    def prepare(self, log_path: Path) -> None:
+        """Nothing to prepare."""
+
+    def command(self, port: int) -> Command:
+        """argv for `port` and the inherited environment plus `env()`."""
+        self.port = port
+        return Command(argv=list(self.argv(port)), env=inherited_env(self.env()))
+
+    def probe(self, port: int) -> bool:
+        """One GET of the health path; a cluster's proxy settings must not apply to loopback."""
+        try:
+            response = httpx.get(
+                f"http://127.0.0.1:{port}{self.health_path}",
+                headers=dict(self.health_headers),
+                timeout=2.0,
+                trust_env=False,
+            )
+        except httpx.HTTPError:
+            return False
+        return response.is_success
+
+    def on_healthy(self, port: int) -> None:
+        """Nothing to set up."""
+
+    def cleanup(self) -> None:
+        """Nothing to remove."""
+
+
+class Stack:
+    """A stack of services and what the harness needs of it: URLs, ports, logs, secrets."""
+
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        postgres: PostgresService,
+        *,
+        llm: HttpService,
+        backend: HttpService,
+        api_key: str,
+        admin_token: str,
+    ) -> None:
+        self.orchestrator = orchestrator
+        self.postgres = postgres
+        self.llm = llm
+        self.backend = backend
+        self.api_key = api_key
+        self.admin_token = admin_token
+
+    def start(self) -> Stack:
+        """Start every service (leak-proof: a failure stops what started, then raises)."""
+        self.orchestrator.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop every service in reverse order, exactly once."""
+        self.orchestrator.stop()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.orchestrator.__exit__(exc_type, exc, tb)
+
+    @property
+    def model_endpoint(self) -> str:
+        """The OpenAI-compatible base URL the backend is given for the model."""
+        return f"http://vllm.localhost:{self.llm.port}/v1"
+
+    @property
+    def llm_url(self) -> str:
+        """The stand-in LLM server's base URL on 127.0.0.1."""
+        return self.llm.url
+
+    @property
+    def backend_url(self) -> str:
+        """The backend's base URL on 127.0.0.1."""
+        return self.backend.url
+
+    @property
+    def dsn(self) -> str:
+        """The Postgres superuser DSN (with password)."""
+        return self.postgres.dsn
+
+    @property
+    def readonly_dsn(self) -> str:
+        """The read-only Postgres DSN (with password)."""
+        return self.postgres.readonly_dsn
+
+    @property
+    def ports(self) -> Mapping[str, int]:
+        """Service name → port."""
+        return {name: p.port for name, p in self.orchestrator.processes.items()}
+
+    @property
+    def log_paths(self) -> Mapping[str, Path]:
+        """Service name → log file."""
+        return {s.name: self.orchestrator.log_path(s.name) for s in self.orchestrator.services}
+
+    @property
+    def timings(self) -> Mapping[str, ServiceTiming]:
+        """Service name → start-up timings."""
+        return self.orchestrator.timings
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret of this stack, for redaction filters."""
+        return (self.api_key, self.admin_token, *self.postgres.secrets)
+
+
+def build_local_stack(
+    log_dir: Path,
+    *,
+    served_name: str,
+    max_model_len: int,
+    enable_tool_calling: bool,
+    tool_call_parser: str | None,
+    persona: str,
+    latency_ms: int,
+    seed: int,
+    substitute_model: str | None = None,
+    rate_limit_rpm: int | None = None,
+    postgres_bin_dir: Path | None = None,
+    state_dir: Path | None = None,
+    ports: PortPool | None = None,
+    registry_mirror: Path | None = None,
+    start_timeout: float = 60.0,
+) -> Stack:
+    """The local profile's services, not yet started; secrets go through the environment."""
+    if enable_tool_calling and not tool_call_parser:
+        raise ConfigError("local profile", "tool_call_parser", "required when tool calling is on")
+    api_key = new_secret()
+    admin_token = new_secret()
+    postgres = PostgresService(bin_dir=postgres_bin_dir)
+
+    def llm_argv(port: int) -> list[str]:
+        argv = [sys.executable, "-m", "pytest_haico.standins.llm"]
+        argv += ["--model", served_name, "--served-model-name", served_name]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--max-model-len", str(max_model_len)]
+        if enable_tool_calling:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", str(tool_call_parser)]
+        argv += ["--persona", persona, "--latency-ms", str(latency_ms), "--seed", str(seed)]
+        return argv
+
+    def backend_argv(port: int) -> list[str]:
+        argv = [sys.executable, "-m", "pytest_haico.standins.backend"]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        if substitute_model is not None:
+            argv += ["--substitute-model", substitute_model]
+        if rate_limit_rpm is not None:
+            argv += ["--rate-limit-rpm", str(rate_limit_rpm)]
+        return argv
+
+    llm = HttpService(
+        name="llm",
+        argv=llm_argv,
+        env=lambda: {"VLLM_API_KEY": api_key},
+        health_path="/health",
+        start_timeout=start_timeout,
+        secrets=(api_key,),
+    )
+    backend = HttpService(
+        name="backend",
+        argv=backend_argv,
+        # Called at spawn, after Postgres is healthy, so the DSN has its final port.
+        env=lambda: {
+            "ADMIN_DEFAULT_API_TOKEN": admin_token,
+            "VLLM_API_KEY": api_key,
+            "HAICO_DATABASE_URL": postgres.dsn,
+        },
+        health_path="/api/health",
+        health_headers={"Authorization": f"Bearer {admin_token}"},
+        requires=(postgres.name,),
+        start_timeout=start_timeout,
+        secrets=(api_key, admin_token, *postgres.secrets),
+    )
+    # The LLM first: on a cluster its load is the long pole, and it overlaps Postgres' set-up.
+    orchestrator = Orchestrator(
+        [llm, postgres, backend],
+        log_dir,
+        state_dir=state_dir,
+        ports=ports,
+        registry_mirror=registry_mirror,
+    )
+    return Stack(
+        orchestrator,
+        postgres,
+        llm=llm,
+        backend=backend,
+        api_key=api_key,
+        admin_token=admin_token,
+    )

@@ -1,0 +1,401 @@
+"""The lifecycle of one service process: spawn, health by PID plus probe, stop with escalation."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import pwd
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from secrets import token_urlsafe
+from typing import Protocol
+
+from pytest_haico.errors import StackError
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_TAIL_BYTES = 8192
+_TAIL_LINES = 25
+_KILL_WAIT = 5.0
+
+
+class PortInUseError(StackError):
+    """The service could not bind its port: a co-tenant took it after it was claimed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """How to exec a service: argv, the complete environment, and the OS user to run as."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    user: str | None = None
+    cwd: Path | None = None
+
+
+class Service(Protocol):
+    """One service of the stack, as the orchestrator drives it.
+
+    * `requires`: names that must be healthy before this one is spawned;
+      `start_timeout`: seconds from spawn to healthy;
+    * `stop_signal` at stop, `death_signal` when the owner dies (None: no such signal);
+    * `secrets` are redacted from our log lines and messages; the janitor removes
+      `cleanup_paths` if the owner dies;
+    * `prepare(log)` runs once before the first spawn; `command(port)` for each
+      attempt (a service that failed to bind gets another port); `probe(port)` is
+      one health check and never raises; `on_healthy(port)` once it passes;
+      `cleanup()` after the process stopped.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def requires(self) -> tuple[str, ...]: ...
+    @property
+    def start_timeout(self) -> float: ...
+    @property
+    def stop_signal(self) -> signal.Signals: ...
+    @property
+    def death_signal(self) -> signal.Signals | None: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+    @property
+    def cleanup_paths(self) -> tuple[Path, ...]: ...
+
+    def prepare(self, log_path: Path) -> None: ...
+    def command(self, port: int) -> Command: ...
+    def probe(self, port: int) -> bool: ...
+    def on_healthy(self, port: int) -> None: ...
+    def cleanup(self) -> None: ...
+
+
+def new_secret() -> str:
+    """A random URL-safe token for a per-run password, API key or admin token."""
+    return token_urlsafe(24)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every occurrence of each secret replaced by `***`."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def inherited_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus `extra`: secrets reach a service here, never in argv."""
+    return {**os.environ, **(extra or {})}
+
+
+def default_state_dir() -> Path:
+    """The node-local, per-user directory for the service registry and port claims."""
+    path = Path(tempfile.gettempdir()) / f"pytest-haico-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/<pid>/stat the lifecycle needs."""
+
+    pid: int
+    state: str
+    pgid: int
+    sid: int
+    start_time: int  # clock ticks since boot: with the pid, identifies a process across pid reuse
+
+
+def read_proc_stat(pid: int) -> ProcStat | None:
+    """The process's stat, or None if there is no such process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm (field 2) may contain spaces and parentheses; everything after the last ")" is plain.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return ProcStat(pid, fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
+
+
+def is_alive(pid: int, start_time: int | None = None) -> bool:
+    """Whether `pid` runs (zombies count as dead) and, if given, started at `start_time`."""
+    stat = read_proc_stat(pid)
+    if stat is None or stat.state in ("Z", "X"):
+        return False
+    return start_time is None or stat.start_time == start_time
+
+
+def iter_session(sid: int) -> Iterator[ProcStat]:
+    """Every live process of session `sid` (a service's leader pid is its session id)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = read_proc_stat(int(entry.name))
+            if stat is not None and stat.sid == sid and stat.state not in ("Z", "X"):
+                yield stat
+
+
+def _listening_inodes(port: int) -> set[str]:
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
+                found.add(f"socket:[{cols[9]}]")
+    return found
+
+
+def session_listens(sid: int, port: int) -> bool | None:
+    """Whether a process of session `sid` holds the listening socket on `port` (None: can't tell).
+
+    A co-tenant may have taken the port; checked before probing, so a probe (and the
+    token it may carry) only ever reaches our own process.
+    """
+    sockets = _listening_inodes(port)
+    if not sockets:
+        return False
+    unreadable = False
+    for stat in iter_session(sid):
+        try:
+            fds = os.listdir(f"/proc/{stat.pid}/fd")
+        except OSError:
+            unreadable = True
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{stat.pid}/fd/{fd}") in sockets:
+                    return True
+            except OSError:
+                continue
+    return None if unreadable else False
+
+
+@functools.cache
+def _prctl() -> Callable[..., int]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _death_signal_preexec(sig: signal.Signals, parent: int) -> Callable[[], None]:
+    # CPython's child runs setsid, setgroups, setregid, setreuid and only then preexec_fn,
+    # so the death signal is set after the uid switch that would otherwise clear it.
+    prctl = _prctl()  # resolved in the parent: the child only calls it
+
+    def set_death_signal() -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
+            os._exit(1)
+
+    return set_death_signal
+
+
+def _user_ids(user: str) -> tuple[int, list[int]]:
+    entry = pwd.getpwnam(user)
+    # Without an explicit group list the child would keep root's supplementary groups.
+    return entry.pw_gid, os.getgrouplist(user, entry.pw_gid)
+
+
+def read_log_tail(path: Path, *, offset: int = 0, secrets: Iterable[str] = ()) -> str:
+    """The last lines of a log file from `offset` on, redacted and indented for a message."""
+    try:
+        with path.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(offset, size - _TAIL_BYTES))
+            text = log.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"    (log unreadable: {exc})"
+    lines = redact(text, secrets).splitlines()[-_TAIL_LINES:] or ["(empty)"]
+    return "\n".join(f"    {line}" for line in lines)
+
+
+class ServiceProcess:
+    """One attempt at running a service on a port: spawn, `check` until healthy, `stop`."""
+
+    def __init__(self, service: Service, port: int, log_path: Path, *, attempt: int = 1) -> None:
+        self.service = service
+        self.port = port
+        self.log_path = log_path
+        self.attempt = attempt
+        self.pid: int | None = None
+        self.start_time: int | None = None
+        self.spawned_at: float | None = None
+        self.healthy_at: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._status: int | None = None
+        self._log_offset = 0
+        self._stopped = False
+
+    @property
+    def healthy_seconds(self) -> float | None:
+        """Spawn to healthy, in seconds."""
+        if self.spawned_at is None or self.healthy_at is None:
+            return None
+        return self.healthy_at - self.spawned_at
+
+    def spawn(self) -> None:
+        """Start the process in its own session, with a parent-death signal, logging to the log."""
+        if threading.current_thread() is not threading.main_thread():
+            # PR_SET_PDEATHSIG fires when the spawning *thread* exits, not the process.
+            raise StackError(f"{self.service.name}: services must be spawned from the main thread")
+        name = self.service.name
+        cmd = self.service.command(self.port)
+        argv = [str(arg) for arg in cmd.argv]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        header = f"--- pytest-haico {stamp} {name} port {self.port} attempt {self.attempt}: "
+        header += shlex.join(argv)
+        gid: int | None = None
+        groups: list[int] | None = None
+        if cmd.user is not None:
+            gid, groups = _user_ids(cmd.user)
+        sig = self.service.death_signal
+        preexec = _death_signal_preexec(sig, os.getpid()) if sig is not None else None
+        # The parent opens the log: a service running as another user can't open our paths.
+        with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
+            log.write(redact(header, self.service.secrets).encode() + b"\n")
+            log.flush()
+            try:
+                self._proc = subprocess.Popen(
+                    argv,
+                    env=dict(cmd.env),
+                    cwd=cmd.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                    user=cmd.user,
+                    group=gid,
+                    extra_groups=groups,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise StackError(f"{name}: could not start {argv[0]}: {exc}") from exc
+        assert self._proc is not None
+        self.spawned_at = time.monotonic()
+        self.pid = self._proc.pid
+        stat = read_proc_stat(self.pid)
+        self.start_time = stat.start_time if stat is not None else None
+        logger.info("%s: spawned pid %d on port %d", name, self.pid, self.port)
+
+    def log_tail(self) -> str:
+        """The tail of this attempt's log lines, redacted."""
+        return read_log_tail(self.log_path, offset=self._log_offset, secrets=self.service.secrets)
+
+    def exit_status(self) -> int | None:
+        """The exit code (negative: killed by that signal), or None while it runs.
+
+        The leader is not reaped here: while it is a zombie its pid, which is also its
+        process group id, cannot be reused, so `stop` can still kill the group safely.
+        """
+        if self._status is not None or self._proc is None:
+            return self._status
+        try:
+            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            self._status = self._proc.returncode if self._proc.returncode is not None else -1
+            return self._status
+        if info is None:
+            return None
+        exited = info.si_code == os.CLD_EXITED
+        self._status = info.si_status if exited else -info.si_status
+        return self._status
+
+    def _failure(self, what: str) -> str:
+        return (
+            f"{self.service.name} {what} (pid {self.pid}, port {self.port}, "
+            f"attempt {self.attempt}); last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def check(self) -> bool:
+        """One health step: True once healthy; raises StackError if it died or ran out of time."""
+        if self.healthy_at is not None:
+            return True
+        if self._proc is None or self.spawned_at is None:
+            raise StackError(f"{self.service.name}: check() before spawn()")
+        status = self.exit_status()
+        if status is not None:
+            message = self._failure(f"exited with status {status} before it was healthy")
+            if "address already in use" in message.lower():
+                raise PortInUseError(message)
+            raise StackError(message)
+        # Ownership first: a probe may carry a token, and must never reach a co-tenant.
+        ours = session_listens(self._proc.pid, self.port) is not False and self.service.probe(
+            self.port
+        )
+        if ours:
+            try:
+                self.service.on_healthy(self.port)
+            except Exception as exc:
+                raise StackError(self._failure(f"answered but its setup failed: {exc}")) from exc
+            self.healthy_at = time.monotonic()
+            logger.info("%s: healthy after %.2f s", self.service.name, self.healthy_seconds)
+            return True
+        timeout = self.service.start_timeout
+        if time.monotonic() - self.spawned_at > timeout:
+            raise StackError(self._failure(f"was not healthy within {timeout:g} s"))
+        return False
+
+    def wait_healthy(self, *, poll: float = 0.05) -> None:
+        """Block until `check` passes or raises."""
+        while not self.check():
+            time.sleep(poll)
+
+    def _wait_exit(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.exit_status() is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def stop(self, *, grace: float = 10.0) -> None:
+        """Send the stop signal to the leader, wait `grace`, then SIGKILL the process group.
+
+        Idempotent. Raises StackError only if the group survives SIGKILL.
+        """
+        if self._proc is None or self._stopped:
+            return
+        pid = self._proc.pid
+        if self.exit_status() is None:
+            _signal_group(pid, self.service.stop_signal, leader_only=True)
+            if not self._wait_exit(grace):
+                logger.warning(
+                    "%s: still running %.1f s after %s; killing its process group",
+                    self.service.name,
+                    grace,
+                    self.service.stop_signal.name,
+                )
+                _signal_group(pid, signal.SIGKILL)
+                if not self._wait_exit(_KILL_WAIT):
+                    raise StackError(f"{self.service.name} (pid {pid}) survived SIGKILL")
+        # The leader is an unreaped zombie, so the group id is still ours: take the stragglers.
+        _signal_group(pid, signal.SIGKILL)
+        self._proc.wait()
+        self._stopped = True
+
+
+def _signal_group(pid: int, sig: signal.Signals, *, leader_only: bool = False) -> None:
+    try:
+        if leader_only:
+            os.kill(pid, sig)
+        else:
+            os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,17 @@
+"""Fixtures shared by pytest-haico's own tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_haico.stack import Orchestrator, PostgresService
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A superuser DSN (TCP 127.0.0.1, with password) of a real Postgres for this session."""
+    postgres = PostgresService()
+    with Orchestrator([postgres], tmp_path_factory.mktemp("postgres-logs")):
+        yield postgres.dsn

@@ -1,0 +1,132 @@
+"""Ordered start, reverse stop, retries on a taken port, exactly-once stop."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from stack_helpers import tiny
+
+from pytest_haico.errors import StackError
+from pytest_haico.stack import HttpService, Orchestrator
+from pytest_haico.stack.janitor import RegistryFile
+from pytest_haico.stack.service import is_alive
+
+
+class _Recorded(HttpService):
+    """Records the order in which the orchestrator cleans services up."""
+
+    order: list[str]
+
+    def cleanup(self) -> None:
+        self.order.append(self.name)
+
+
+def _recorded(name: str, order: list[str], requires: tuple[str, ...] = ()) -> HttpService:
+    base = tiny(name, requires=requires)
+    service = _Recorded(name=name, argv=base.argv, requires=requires)
+    service.order = order
+    return service
+
+
+def test_services_start_in_waves_and_stop_in_reverse(tmp_path: Path) -> None:
+    cleaned: list[str] = []
+    db = _recorded("db", cleaned)
+    model = _recorded("model", cleaned)
+    app = _recorded("app", cleaned, requires=("db",))
+    mirror = tmp_path / "run" / "services.json"
+    stack = Orchestrator(
+        [model, db, app],
+        tmp_path / "logs",
+        state_dir=tmp_path,
+        registry_mirror=mirror,
+        reap=False,
+    )
+    with stack:
+        procs = stack.processes
+        # Independent services are spawned before either is polled healthy ...
+        assert (procs["db"].spawned_at or 0) < (procs["model"].healthy_at or 0)
+        # ... and a dependent one only once its requirement answers.
+        assert (procs["app"].spawned_at or 0) >= (procs["db"].healthy_at or 0)
+        assert set(stack.timings) == {"db", "model", "app"}
+        assert all(t.healthy > 0 and t.attempts == 1 for t in stack.timings.values())
+        assert len({p.port for p in procs.values()}) == 3
+        registry = tmp_path / "services"
+        assert len(list(registry.glob("*.json"))) == 1
+        recorded = RegistryFile.model_validate_json(mirror.read_text())
+        assert {(r.name, r.pid, r.port) for r in recorded.services} == {
+            (name, p.pid, p.port) for name, p in procs.items()
+        }
+    assert cleaned == ["app", "db", "model"]
+    assert RegistryFile.model_validate_json(mirror.read_text()).services == []
+    assert not any(is_alive(p.pid or 0) for p in procs.values())
+    assert list(registry.glob("*.json")) == []
+
+
+def test_stop_runs_exactly_once(tmp_path: Path) -> None:
+    cleaned: list[str] = []
+    stack = Orchestrator(
+        [_recorded("web", cleaned)], tmp_path / "logs", state_dir=tmp_path, reap=False
+    )
+    stack.start()
+    stack.stop()
+    stack.stop()
+    assert cleaned == ["web"]
+    with pytest.raises(StackError, match="already started"):
+        stack.start()
+
+
+def test_port_taken_between_claim_and_bind_is_retried_on_another_port(tmp_path: Path) -> None:
+    squatters: list[socket.socket] = []
+
+    def squat(port: int) -> None:
+        # A co-tenant binds the port after our claim, while the service is starting.
+        if not squatters:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            squatters.append(sock)
+
+    service = tiny(argv_hook=squat)
+    try:
+        with Orchestrator([service], tmp_path / "logs", state_dir=tmp_path, reap=False) as stack:
+            taken = squatters[0].getsockname()[1]
+            assert stack.port("web") != taken
+            assert stack.timings["web"].attempts == 2
+            # The probe never went to the co-tenant's socket.
+            squatters[0].setblocking(False)
+            with pytest.raises(BlockingIOError):
+                squatters[0].accept()
+        log = (tmp_path / "logs" / "web.log").read_text()
+        assert "Address already in use" in log
+    finally:
+        for sock in squatters:
+            sock.close()
+
+
+def test_unknown_or_late_requirement_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match=r"app requires \['db'\], which must be listed before it"):
+        Orchestrator([tiny("app", requires=("db",)), tiny("db")], tmp_path)
+
+
+class _StopsOnPrepare(HttpService):
+    """Stops its own stack from prepare(), as a signal handler could mid-start."""
+
+    stack: Orchestrator
+
+    def prepare(self, log_path: Path) -> None:
+        self.stack.stop()
+
+
+def test_stop_during_start_leaves_nothing_running(tmp_path: Path) -> None:
+    first = tiny("first")
+    late = _StopsOnPrepare(name="late", argv=tiny().argv, requires=("first",))
+    stack = Orchestrator([first, late], tmp_path / "logs", state_dir=tmp_path, reap=False)
+    late.stack = stack
+    with pytest.raises(StackError, match="the stack was stopped while starting late"):
+        stack.start()
+    assert not any(is_alive(p.pid or 0) for p in stack.processes.values())
+    assert list((tmp_path / "ports").glob("*.json")) == []
+    assert list((tmp_path / "services").glob("*.json")) == []

@@ -1,0 +1,97 @@
+"""No orphans: services die with a pytest process killed by SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from stack_helpers import TINY_SERVICE, wait_until
+
+from pytest_haico.stack import is_port_free, reap_orphans
+from pytest_haico.stack.service import is_alive, iter_session
+
+CONFTEST = """
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.stack import HttpService, Orchestrator, PostgresService
+
+
+@pytest.fixture(scope="session")
+def stack():
+    info = Path(os.environ["ORPHAN_INFO"])
+    postgres = PostgresService()
+    web = HttpService(
+        name="web",
+        argv=lambda port: [sys.executable, os.environ["TINY_SERVICE"], "--port", str(port)],
+    )
+    state = Path(os.environ["ORPHAN_STATE"])
+    with Orchestrator([postgres, web], info.parent / "logs", state_dir=state) as stack:
+        services = {n: [p.pid, p.port] for n, p in stack.processes.items()}
+        tmp = info.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"services": services, "run_dir": str(postgres.run_dir)}))
+        tmp.replace(info)
+        yield stack
+"""
+
+TEST = """
+import time
+
+
+def test_blocks(stack):
+    time.sleep(300)
+"""
+
+
+def test_services_die_with_a_pytest_killed_by_sigkill(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+    (project / "test_block.py").write_text(textwrap.dedent(TEST))
+    info = tmp_path / "info.json"
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "ORPHAN_INFO": str(info),
+        "ORPHAN_STATE": str(state),
+        "TINY_SERVICE": str(TINY_SERVICE),
+    }
+    pytest_process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(info.exists, timeout=60, what="the inner session's healthy stack")
+    finally:
+        pytest_process.send_signal(signal.SIGKILL)
+        pytest_process.wait()
+    recorded = json.loads(info.read_text())
+    services: dict[str, list[int]] = recorded["services"]
+    assert set(services) == {"postgres", "web"}
+
+    def all_gone() -> bool:
+        return all(
+            not is_alive(pid) and not any(True for _ in iter_session(pid)) and is_port_free(port)
+            for pid, port in services.values()
+        )
+
+    wait_until(all_gone, timeout=15, what=f"every service and port of {services} to go")
+    # What a SIGKILL leaves behind (the data directory, the registry) is the janitor's.
+    run_dir = Path(recorded["run_dir"])
+    assert run_dir.exists()
+    assert sorted(r.name for r in reap_orphans(state)) == ["postgres", "web"]
+    assert not run_dir.exists()
+    assert list((state / "services").glob("*.json")) == []

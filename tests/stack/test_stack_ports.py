@@ -1,0 +1,114 @@
+"""Port derivation, claims, stale claims, and two sessions racing for one job's ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from stack_helpers import STACK_OWNER, wait_until
+
+from pytest_haico.stack import PortPool, derive_base_port, is_port_free, reap_stale_claims
+from pytest_haico.stack.ports import PORT_HIGH, PORT_LOW, PortClaim
+from pytest_haico.stack.service import is_alive
+
+
+def test_base_port_is_stable_per_job_and_below_the_ephemeral_range() -> None:
+    job = {"SLURM_JOB_ID": "4242"}
+    assert derive_base_port(job) == derive_base_port(dict(job))
+    neighbours = {derive_base_port({"SLURM_JOB_ID": str(n)}) for n in range(4242, 4250)}
+    assert len(neighbours) == 8
+    task = derive_base_port({"SLURM_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "3"})
+    assert task != derive_base_port(job)
+    for base in [*neighbours, task, derive_base_port({}), derive_base_port({"SLURM_JOB_ID": "x"})]:
+        assert PORT_LOW <= base < PORT_HIGH < 32768
+
+
+def test_claim_skips_bound_and_claimed_ports_and_releases(tmp_path: Path) -> None:
+    env = {"SLURM_JOB_ID": "777"}
+    first = PortPool(tmp_path, env=env)
+    second = PortPool(tmp_path, env=env)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", first.base))
+        squatter.listen()
+        a = first.claim("a")
+        b = second.claim("b")
+        assert first.base not in (a, b) and a != b
+        claim = PortClaim.model_validate_json((tmp_path / "ports" / f"{a}.json").read_text())
+        assert (claim.port, claim.job, claim.pid, claim.service) == (a, "777", os.getpid(), "a")
+        first.release(a)
+        assert not (tmp_path / "ports" / f"{a}.json").exists()
+        assert second.claim("c") == a
+    second.release_all()
+    assert list((tmp_path / "ports").glob("*.json")) == []
+
+
+def test_claim_of_a_dead_process_is_stale_and_reclaimed(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    pool = PortPool(tmp_path, env={"SLURM_JOB_ID": "778"})
+    stale = PortClaim(
+        port=pool.base,
+        host=socket.gethostname(),
+        job="old",
+        pid=dead.pid,
+        pid_start_time=None,
+        service="llm",
+        claimed_at=time.time(),
+    )
+    (tmp_path / "ports").mkdir()
+    (tmp_path / "ports" / f"{pool.base}.json").write_text(stale.model_dump_json())
+    if is_port_free(pool.base):
+        assert pool.claim("llm") == pool.base
+    pool.release_all()
+    (tmp_path / "ports" / f"{pool.base}.json").write_text(stale.model_dump_json())
+    assert [c.pid for c in reap_stale_claims(tmp_path)] == [dead.pid]
+
+
+def test_two_sessions_of_the_same_job_started_at_once_get_different_ports(
+    tmp_path: Path,
+) -> None:
+    owners = [
+        subprocess.Popen(
+            [sys.executable, str(STACK_OWNER), "--out", str(tmp_path), "--state-dir",
+             str(tmp_path / "state"), "--id", str(i), "--job", "31337", "--barrier"],
+            stdin=subprocess.PIPE,
+        )
+        for i in (1, 2)
+    ]  # fmt: skip
+    try:
+        wait_until(
+            lambda: all((tmp_path / f"ready-{i}").exists() for i in (1, 2)),
+            timeout=30,
+            what="both sessions at the barrier",
+        )
+        (tmp_path / "go").touch()
+        wait_until(
+            lambda: all((tmp_path / f"result-{i}.json").exists() for i in (1, 2)),
+            timeout=30,
+            what="both sessions started",
+        )
+        results = [json.loads((tmp_path / f"result-{i}.json").read_text()) for i in (1, 2)]
+        assert [r.get("error") for r in results] == [None, None]
+        assert results[0]["base"] == results[1]["base"]
+        assert results[0]["port"] != results[1]["port"]
+        # The claims kept them apart; neither had to retry after a failed bind.
+        assert [r["attempts"] for r in results] == [1, 1]
+        assert all(is_alive(r["pid"]) for r in results)
+    finally:
+        for owner in owners:
+            assert owner.stdin is not None
+            owner.stdin.close()
+        for owner in owners:
+            assert owner.wait(timeout=30) == 0
+
+
+def test_is_port_free_sees_a_listener() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert not is_port_free(sock.getsockname()[1])

@@ -1,0 +1,122 @@
+"""PostgresService against the real server: unprivileged user, passwords, read-only role."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from pytest_haico.errors import StackError
+from pytest_haico.stack import Orchestrator, PostgresService, find_postgres_binaries
+from pytest_haico.stack.service import read_proc_stat
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orchestrator]:
+    state = tmp_path_factory.mktemp("state")
+    with Orchestrator([PostgresService()], state / "logs", state_dir=state, reap=False) as stack:
+        yield stack
+
+
+@pytest.fixture
+def postgres(stack: Orchestrator) -> PostgresService:
+    service = stack.services[0]
+    assert isinstance(service, PostgresService)
+    return service
+
+
+def _uid(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("Uid:")[1].split()[0])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user switch happens only as root")
+def test_server_runs_as_an_unprivileged_user_that_owns_its_data(
+    stack: Orchestrator, postgres: PostgresService
+) -> None:
+    postgres_uid = pwd.getpwnam(postgres.user or "").pw_uid
+    assert postgres.user in ("postgres", "nobody")
+    assert _uid(stack.processes["postgres"].pid or 0) == postgres_uid
+    assert postgres.data_dir.stat().st_uid == postgres_uid
+    socket_dir = postgres.socket_dir.stat()
+    assert (socket_dir.st_uid, stat.S_IMODE(socket_dir.st_mode)) == (postgres_uid, 0o700)
+
+
+def test_password_is_accepted_over_tcp_and_a_wrong_one_refused(
+    postgres: PostgresService,
+) -> None:
+    with psycopg.connect(postgres.dsn) as conn:
+        row = conn.execute("SELECT current_user, inet_server_addr()::text").fetchone()
+    assert row == ("postgres", "127.0.0.1/32")
+    wrong = postgres.dsn.replace(postgres.secrets[0], "not-the-password")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(wrong).close()
+
+
+def test_readonly_dsn_reads_everything_and_writes_nothing(postgres: PostgresService) -> None:
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS notes (body text)")
+        conn.execute("INSERT INTO notes VALUES ('hello')")
+    with psycopg.connect(postgres.readonly_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT body FROM notes").fetchall() == [("hello",)]
+        with pytest.raises(errors.ReadOnlySqlTransaction):
+            conn.execute("INSERT INTO notes VALUES ('nope')")
+        # Not only the session default: the role itself has no write privilege.
+        conn.execute("SET default_transaction_read_only = off")
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO notes VALUES ('nope')")
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("CREATE TABLE intruder (x int)")
+
+
+def test_no_trust_authentication_and_no_password_in_argv_or_log(
+    stack: Orchestrator, postgres: PostgresService
+) -> None:
+    hba = (postgres.data_dir / "pg_hba.conf").read_text()
+    rules = [line for line in hba.splitlines() if line.strip() and not line.startswith("#")]
+    assert rules and not any("trust" in rule for rule in rules)
+    cmdline = Path(f"/proc/{stack.processes['postgres'].pid}/cmdline").read_bytes()
+    log = stack.log_path("postgres").read_bytes()
+    for secret in postgres.secrets:
+        assert secret.encode() not in cmdline
+        assert secret.encode() not in log
+
+
+def test_exposes_version_bin_dir_and_the_servers_own_pg_dump(postgres: PostgresService) -> None:
+    assert postgres.version.split(".")[0] == str(postgres.binaries.major)
+    assert postgres.binaries.tool("pg_dump") == postgres.bin_dir / "pg_dump"
+    assert os.access(postgres.bin_dir / "pg_dump", os.X_OK)
+    assert postgres.host == "127.0.0.1"
+
+
+def test_stop_removes_the_run_directory(tmp_path: Path) -> None:
+    service = PostgresService()
+    with Orchestrator([service], tmp_path / "logs", state_dir=tmp_path, reap=False) as stack:
+        run_dir = service.run_dir
+        pid = stack.processes["postgres"].pid or 0
+        assert (run_dir / "data" / "PG_VERSION").is_file()
+    assert not run_dir.exists()
+    assert read_proc_stat(pid) is None
+    log = (tmp_path / "logs" / "postgres.log").read_text()
+    assert "received fast shutdown request" in log
+    assert not any(secret in log for secret in service.secrets)
+
+
+def test_postgres_dsn_fixture_is_a_superuser_over_tcp(postgres_dsn: str) -> None:
+    assert postgres_dsn.startswith("postgresql://postgres:")
+    with psycopg.connect(postgres_dsn) as conn:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert row.fetchone() == (True,)
+
+
+def test_missing_binaries_say_how_to_fix_it(tmp_path: Path) -> None:
+    with pytest.raises(
+        StackError, match=r"checked .*\. Install the server \(Debian: apt-get install postgresql\)"
+    ):
+        find_postgres_binaries(tmp_path)

@@ -1,0 +1,82 @@
+"""The local profile: the stand-ins' command lines, secrets, and a real start."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from pytest_haico.errors import ConfigError
+from pytest_haico.stack import Stack, build_local_stack
+from pytest_haico.stack.service import is_alive
+
+
+def _build(log_dir: Path, **options: Any) -> Stack:
+    return build_local_stack(
+        log_dir, served_name="stand-in", max_model_len=4096, persona="helpful", latency_ms=0,
+        seed=7, **options,
+    )  # fmt: skip
+
+
+def test_llm_and_backend_command_lines(tmp_path: Path) -> None:
+    stack = _build(
+        tmp_path,
+        enable_tool_calling=True,
+        tool_call_parser="hermes",
+        substitute_model="other/model",
+        rate_limit_rpm=30,
+    )
+    assert list(stack.llm.argv(20001)) == [
+        sys.executable, "-m", "pytest_haico.standins.llm",
+        "--model", "stand-in", "--served-model-name", "stand-in",
+        "--host", "127.0.0.1", "--port", "20001", "--max-model-len", "4096",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--persona", "helpful", "--latency-ms", "0", "--seed", "7",
+    ]  # fmt: skip
+    assert list(stack.backend.argv(20003)) == [
+        sys.executable, "-m", "pytest_haico.standins.backend",
+        "--host", "127.0.0.1", "--port", "20003",
+        "--substitute-model", "other/model", "--rate-limit-rpm", "30",
+    ]  # fmt: skip
+    assert stack.llm.command(20001).env["VLLM_API_KEY"] == stack.api_key
+    assert stack.model_endpoint == "http://vllm.localhost:20001/v1"
+    assert stack.backend.requires == ("postgres",)
+    assert stack.backend.health_headers == {"Authorization": f"Bearer {stack.admin_token}"}
+
+
+def test_tool_calling_without_a_parser_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="tool_call_parser: required when tool calling is on"):
+        _build(tmp_path, enable_tool_calling=True, tool_call_parser=None)
+
+
+def test_local_stack_starts_answers_and_stops(tmp_path: Path) -> None:
+    stack = _build(
+        tmp_path / "logs", enable_tool_calling=False, tool_call_parser=None, state_dir=tmp_path
+    )
+    with stack:
+        pids = {name: p.pid or 0 for name, p in stack.orchestrator.processes.items()}
+        models = httpx.get(
+            f"{stack.llm_url}/v1/models", headers={"Authorization": f"Bearer {stack.api_key}"}
+        )
+        assert [m["id"] for m in models.json()["data"]] == ["stand-in"]
+        health = httpx.get(
+            f"{stack.backend_url}/api/health",
+            headers={"Authorization": f"Bearer {stack.admin_token}"},
+        )
+        assert health.json() == {"status": "ok"}
+        environ = Path(f"/proc/{pids['backend']}/environ").read_bytes().split(b"\0")
+        assert f"HAICO_DATABASE_URL={stack.dsn}".encode() in environ
+        with psycopg.connect(stack.readonly_dsn) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("haico_readonly",)
+        for name, pid in pids.items():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert not [s for s in stack.secrets if s.encode() in cmdline], name
+        assert set(stack.timings) == {"llm", "postgres", "backend"}
+    assert not any(is_alive(pid) for pid in pids.values())
+    for name, log in stack.log_paths.items():
+        text = log.read_text()
+        assert not [s for s in stack.secrets if s in text], name
