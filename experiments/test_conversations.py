@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pytest_haico.items import ItemSpec
+from pytest_haico import Verdict
+from pytest_haico.arm_session import Conversation
 
 
-def test_conversation(haico_item: ItemSpec) -> None:
-    assert haico_item.script.turns
+def test_conversation(haico_conversation: Conversation) -> None:
+    assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_haico.errors import InfraError, RateLimitedError
+from pytest_haico.errors import GateError, InfraError, RateLimitedError, StackError
 from pytest_haico.items import ItemSpec, first_per_stratum, group_by_arm, in_shard
 from pytest_haico.ledger import iter_ledger_dir
 from pytest_haico.recorder import ATTEMPT_KEY, ItemAttempt, Recorder, utc_now
 from pytest_haico.records import ErrorInfo
 from pytest_haico.resume import ResumeIndex
+from pytest_haico.sessions import ArmSessions
 from pytest_haico.settings import ExitMode, Settings
 from pytest_haico.verdicts import Verdict
 
@@ -39,10 +40,17 @@ class Selection:
 class CampaignPlugin:
     """Parametrises haico items and carries them through selection, resume and recording."""
 
-    def __init__(self, settings: Settings, specs: list[ItemSpec], recorder: Recorder) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        specs: list[ItemSpec],
+        recorder: Recorder,
+        sessions: ArmSessions,
+    ) -> None:
         self.settings = settings
         self.specs = specs
         self.recorder = recorder
+        self.sessions = sessions
         self.selection = Selection()
         self.interrupted = False
 
@@ -188,6 +196,11 @@ class CampaignPlugin:
         # not after the first conversation.
         for arm in sorted({s.spec.arm.name for s in _attempts(session.items)}):
             self.recorder.claim(arm)
+        self.sessions.plan(session, session.items)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        self.sessions.after(item)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
@@ -214,6 +227,8 @@ class CampaignPlugin:
         state = item.stash.get(ATTEMPT_KEY, None)
         if state is None or state.recorded is not None:
             return report
+        if call.excinfo is not None and isinstance(call.excinfo.value, GateError | StackError):
+            return report  # a gate failure writes gates.json, never a ledger record
         verdict = _verdict_of(report, call)
         if verdict is not None:
             error = None
@@ -226,9 +241,16 @@ class CampaignPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         verdicts = self.recorder.verdicts
-        if not verdicts:
+        stopped = self.sessions.gate_failure or self.sessions.trip_reason
+        if not verdicts and not stopped:
             return
         terminalreporter.section("haico")
+        if self.sessions.gate_failure:
+            terminalreporter.write_line(
+                f"gate failed (exit 78): {self.sessions.gate_failure}", red=True
+            )
+        if self.sessions.trip_reason:
+            terminalreporter.write_line(f"stopped (exit 75): {self.sessions.trip_reason}", red=True)
         ledgers = self.recorder.ledger_paths()
         for arm in sorted(verdicts):
             counts = ", ".join(f"{n} {v.value}" for v, n in _by_precedence(verdicts[arm]))
@@ -240,8 +262,16 @@ class CampaignPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # In-flight conversations (Ctrl-C, a tripped breaker) are recorded interrupted here.
+        self.sessions.stop_all()
         self.recorder.close()
         status = int(exitstatus)
+        if self.sessions.gate_failure is not None:
+            session.exitstatus = EXIT_GATE_FAILED
+            return
+        if self.sessions.trip_reason is not None:
+            session.exitstatus = EXIT_RESUBMIT
+            return
         if self.settings.exit_mode is ExitMode.STRICT or status == pytest.ExitCode.USAGE_ERROR:
             return
         if self.interrupted or status == pytest.ExitCode.INTERRUPTED or self.recorder.owed_retry:

@@ -5,17 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_haico.errors import ConfigError
-from pytest_haico.settings import Settings, add_options, resolve_settings
-
-if TYPE_CHECKING:
-    from pytest_haico.items import ItemSpec
+from pytest_haico.settings import Profile, Settings, add_options, resolve_settings
 
 CAMPAIGN_PLUGIN = "haico-campaign"
+FIXTURES_PLUGIN = "haico-fixtures"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,7 +24,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "haico_item(spec): a scripted conversation of the campaign (set by pytest-haico)"
     )
+    config.addinivalue_line(
+        "markers", "haico_arm(name): the arm whose stack haico_stack / haico_client give this test"
+    )
+    from pytest_haico import fixtures
+
+    config.pluginmanager.register(fixtures, FIXTURES_PLUGIN)
     settings = resolve_settings(config)
+    _check_supported(settings)
     if not settings.experiments.is_dir():
         if settings.experiments_given:
             raise pytest.UsageError(
@@ -41,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_haico.experiment import load_experiments
     from pytest_haico.items import build_item_specs
     from pytest_haico.recorder import Recorder
+    from pytest_haico.sessions import SESSIONS_KEY, ArmSessions
     from pytest_haico.slurm import SlurmJob
 
     job = SlurmJob.from_environ(os.environ)
@@ -64,16 +69,30 @@ def pytest_configure(config: pytest.Config) -> None:
         job=job,
         max_attempts=settings.max_attempts,
     )
-    config.pluginmanager.register(CampaignPlugin(settings, specs, recorder), CAMPAIGN_PLUGIN)
-
-
-@pytest.fixture
-def haico_item(request: pytest.FixtureRequest) -> ItemSpec:
-    """The item's spec (arm, script, repeat, item_id); pytest-haico parametrises it."""
-    raise pytest.UsageError(
-        f"haico: {request.node.nodeid} uses haico_item, but no campaign was loaded: is there an "
-        "experiments directory (--haico-experiments) with arms/ and scripts/?"
+    sessions = ArmSessions(settings, experiments.arms, recorder)
+    config.stash[SESSIONS_KEY] = sessions
+    config.pluginmanager.register(
+        CampaignPlugin(settings, specs, recorder, sessions), CAMPAIGN_PLUGIN
     )
+
+
+def _check_supported(settings: Settings) -> None:
+    """Options of the public interface whose machinery has not landed yet are refused now,
+    not after an hour in the queue."""
+    unsupported = [
+        ("--haico-profile cluster", settings.profile is Profile.CLUSTER),
+        ("--haico-backend-image", settings.backend_image is not None),
+        ("--haico-backend-cmd", settings.backend_cmd is not None),
+        ("--haico-model-endpoint", settings.model_endpoint is not None),
+        ("--haico-attach", settings.attach is not None),
+        ("--haico-gates-only", settings.gates_only),
+    ]
+    for option, given in unsupported:
+        if given:
+            raise pytest.UsageError(
+                f"haico: {option} is not available in this version of pytest-haico; "
+                "use the local profile (the default)"
+            )
 
 
 def _with_site_results(settings: Settings, cluster_work: str | None) -> Settings:

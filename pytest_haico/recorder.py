@@ -24,9 +24,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass
+@dataclass(eq=False)
 class ItemAttempt:
-    """One haico item's attempt in this session; lives in `item.stash[ATTEMPT_KEY]`."""
+    """One haico item's attempt in this session; lives in `item.stash[ATTEMPT_KEY]`.
+
+    Compared and hashed by identity: the runner keys its conversations by it.
+    """
 
     spec: ItemSpec
     nodeid: str

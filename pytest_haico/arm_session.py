@@ -1,0 +1,278 @@
+"""One arm's live session: its stack and its conversations, started once and stopped once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from pytest_haico.breaker import CircuitBreaker
+from pytest_haico.driver import (
+    ConversationProgress,
+    ConversationResult,
+    make_thread_id,
+    run_conversation,
+)
+from pytest_haico.errors import StackError
+from pytest_haico.experiment import Arm
+from pytest_haico.items import ItemSpec
+from pytest_haico.recorder import ItemAttempt, Recorder
+from pytest_haico.records import ErrorInfo, LedgerRecord
+from pytest_haico.redact import Redactor
+from pytest_haico.rundir import ArmPaths, RunClaim
+from pytest_haico.runner import Runner
+from pytest_haico.snapshots import PostgresSnapshotReader
+from pytest_haico.stack.profiles import Stack, build_local_stack
+from pytest_haico.verdicts import Verdict
+
+_log = logging.getLogger(__name__)
+_LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class HaicoStack:
+    """What tests see of an arm's running stack; secrets stay out of its repr."""
+
+    arm: str
+    backend_url: str
+    llm_url: str
+    model_endpoint: str
+    log_paths: Mapping[str, Path]
+    ports: Mapping[str, int]
+    readonly_dsn: str = field(repr=False)
+    admin_token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A finished conversation: what the `haico_conversation` fixture gives a test."""
+
+    spec: ItemSpec
+    result: ConversationResult
+    record: LedgerRecord | None
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.record.verdict if self.record is not None else self.result.verdict
+
+    def explain(self) -> str:
+        """One line a failing assertion shows: verdict, turns, and why."""
+        turns = self.result.turns
+        text = f"{self.spec.test_id}: {self.verdict.value} after {len(turns)} turn(s)"
+        if self.result.error is not None:
+            text += f" ({self.result.error.kind}: {self.result.error.message})"
+        return text
+
+
+class ArmSession:
+    """The arm's stack, an event-loop runner keeping its conversations in flight, and their
+    records. `start` and `stop` run on pytest's main thread (services must be spawned there).
+    """
+
+    def __init__(
+        self,
+        arm: Arm,
+        *,
+        concurrency: int,
+        drain_timeout: float,
+        recorder: Recorder,
+        breaker: CircuitBreaker,
+        on_trip: Callable[[str], None],
+    ) -> None:
+        self.arm = arm
+        self.concurrency = concurrency
+        self.drain_timeout = drain_timeout
+        self.recorder = recorder
+        self.breaker = breaker
+        self.on_trip = on_trip
+        self.claim: RunClaim = recorder.claim(arm.name)
+        self.paths: ArmPaths = recorder.paths(arm.name)
+        self.stack: Stack | None = None
+        self.view: HaicoStack | None = None
+        self.redactor = Redactor()
+        self._runner: Runner[ItemAttempt, ConversationResult, Conversation] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._snapshots: PostgresSnapshotReader | None = None
+        self._stopped = False
+
+    def start(self) -> HaicoStack:
+        """Start the stack, then the runner; leak-proof (a failure stops what started)."""
+        arm = self.arm
+        stack = build_local_stack(
+            self.claim.path / "logs",
+            served_name=arm.served_name,
+            max_model_len=arm.vllm.max_model_len,
+            enable_tool_calling=arm.vllm.enable_tool_calling,
+            tool_call_parser=arm.vllm.tool_call_parser,
+            persona=arm.standin.persona,
+            latency_ms=arm.standin.latency_ms,
+            seed=arm.standin.seed,
+            substitute_model=arm.standin.substitute_model or None,
+            rate_limit_rpm=arm.standin.rate_limit_rpm or None,
+            registry_mirror=self.claim.path / "services.json",
+        )
+        self.stack = stack
+        stack.start()
+        try:
+            self.redactor = Redactor(stack.secrets)
+            runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
+                concurrency=self.concurrency, finish=self._finish, name=f"haico-{arm.name}"
+            )
+            self._runner = runner
+            runner.start()
+            runner.call(self._open)
+        except BaseException:
+            self.stop()
+            raise
+        self.view = HaicoStack(
+            arm=arm.name,
+            backend_url=stack.backend_url,
+            llm_url=stack.llm_url,
+            model_endpoint=stack.model_endpoint,
+            log_paths=dict(stack.log_paths),
+            ports=dict(stack.ports),
+            readonly_dsn=stack.readonly_dsn,
+            admin_token=stack.admin_token,
+        )
+        return self.view
+
+    def submit(self, state: ItemAttempt) -> None:
+        """Queue the item's conversation; it starts as soon as a slot is free."""
+        runner = self._require_runner()
+        runner.submit(state, lambda: self._converse(state))
+
+    def wait(self, state: ItemAttempt) -> Conversation:
+        """Block until the item's conversation ended and its record is on disk."""
+        return self._require_runner().wait(state)
+
+    def stop(self) -> None:
+        """Drain the conversations (in-flight ones are recorded interrupted), stop the stack.
+
+        Exactly once; cleanup problems are logged, never raised over the original error.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        runner = self._runner
+        if runner is not None:
+            try:
+                runner.drain(self.drain_timeout)
+                runner.call(self._close, timeout=10)
+            except Exception:  # the stack must still stop
+                _log.exception("haico: stopping the conversations of arm %s", self.arm.name)
+            finally:
+                runner.close()
+        if self.stack is not None:
+            self.stack.stop()
+
+    def log_tail(self, service: str) -> str:
+        """The last lines of a service's log, redacted."""
+        stack = self.stack
+        if stack is None or service not in stack.log_paths:
+            return ""
+        try:
+            lines = stack.log_paths[service].read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return self.redactor.redact("\n".join(lines[-_LOG_TAIL_LINES:]))
+
+    # -- on the runner's loop -----------------------------------------------------------
+
+    async def _open(self) -> None:
+        stack = self._require_stack()
+        # A cluster's proxy settings must never apply to loopback.
+        self._client = httpx.AsyncClient(trust_env=False, timeout=None)
+        self._snapshots = await PostgresSnapshotReader.connect(stack.readonly_dsn)
+
+    async def _close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+        if self._snapshots is not None:
+            await self._snapshots.aclose()
+
+    async def _converse(self, state: ItemAttempt) -> ConversationResult:
+        stack = self._require_stack()
+        assert self._client is not None and self._snapshots is not None
+        spec = state.spec
+        run_id = self.claim.run_id
+        progress = ConversationProgress()
+        try:
+            return await run_conversation(
+                self._client,
+                backend_url=stack.backend_url,
+                token=stack.admin_token,
+                endpoint_url=stack.model_endpoint,
+                arm=spec.arm,
+                script=spec.script,
+                thread_id=make_thread_id(spec.item_id, run_id, state.attempt),
+                transcript_path=self.paths.transcript(spec.item_id, run_id, state.attempt),
+                snapshots=self._snapshots,
+                redactor=self.redactor,
+                progress=progress,
+            )
+        except asyncio.CancelledError:
+            return progress.interrupted_result()
+
+    # -- on the runner's finish threads -------------------------------------------------
+
+    def _finish(
+        self, state: ItemAttempt, outcome: ConversationResult | BaseException, in_flight: int
+    ) -> Conversation:
+        result = outcome if isinstance(outcome, ConversationResult) else self._failed(outcome)
+        state.started_at = result.started_at
+        record = self.recorder.record(
+            state,
+            result.verdict,
+            turns=result.turns,
+            error=result.error,
+            finished_at=result.finished_at,
+            in_flight_at_start=in_flight,
+        )
+        infra = result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED)
+        service = _failing_service(result.error) if infra else None
+        was_tripped = self.breaker.tripped
+        if self.breaker.observe(infra, service=service) and not was_tripped:
+            reason = f"circuit breaker: {self.breaker.reason()}"
+            self._require_runner().stop_admitting(reason)
+            culprit = service or "backend"
+            self.on_trip(f"{reason}; the tail of the {culprit} log:\n{self.log_tail(culprit)}")
+        return Conversation(spec=state.spec, result=result, record=record)
+
+    def _failed(self, exc: BaseException) -> ConversationResult:
+        now = datetime.now(UTC)
+        kind = "interrupted" if isinstance(exc, asyncio.CancelledError) else "harness"
+        verdict = Verdict.INTERRUPTED if kind == "interrupted" else Verdict.INFRA_ERROR
+        message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+        return ConversationResult(
+            verdict=verdict,
+            turns=(),
+            error=ErrorInfo(kind=kind, message=message),
+            started_at=now,
+            finished_at=now,
+            duration_s=0.0,
+        )
+
+    def _require_runner(self) -> Runner[ItemAttempt, ConversationResult, Conversation]:
+        if self._runner is None:
+            raise StackError(f"the conversations of arm {self.arm.name} are not running")
+        return self._runner
+
+    def _require_stack(self) -> Stack:
+        if self.stack is None:
+            raise StackError(f"the stack of arm {self.arm.name} is not running")
+        return self.stack
+
+
+def _failing_service(error: ErrorInfo | None) -> str:
+    """Which service an infra failure points at, for the breaker's message."""
+    kind = error.kind if error is not None else ""
+    if kind in ("backend_model", "backend_auth"):
+        return "llm"
+    if kind == "snapshot":
+        return "postgres"
+    return "backend"

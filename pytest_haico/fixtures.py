@@ -1,0 +1,97 @@
+"""The fixtures pytest-haico gives tests: the item, its conversation, the stack, a client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from pytest_haico.arm_session import Conversation, HaicoStack
+from pytest_haico.errors import InfraError, RateLimitedError
+from pytest_haico.items import ItemSpec
+from pytest_haico.recorder import ATTEMPT_KEY
+from pytest_haico.sessions import SESSIONS_KEY, ArmSessions
+from pytest_haico.verdicts import Verdict
+
+
+@pytest.fixture
+def haico_item(request: pytest.FixtureRequest) -> ItemSpec:
+    """The item's spec (arm, script, repeat, item_id); pytest-haico parametrises it."""
+    raise pytest.UsageError(
+        f"haico: {request.node.nodeid} uses haico_item, but no campaign was loaded: is there an "
+        "experiments directory (--haico-experiments) with arms/ and scripts/?"
+    )
+
+
+@pytest.fixture
+def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> Conversation:
+    """The item's scripted conversation, run against the arm's stack; infra failures error.
+
+    Conversations run concurrently in the campaign's event loop; this waits for the
+    item's own one, whose ledger record is on disk by then.
+    """
+    state = request.node.stash.get(ATTEMPT_KEY, None)
+    if state is None:
+        raise pytest.UsageError(f"haico: {request.node.nodeid} is not a selected campaign item")
+    conversation = _sessions(request).conversation(state)
+    if conversation.verdict is Verdict.RATE_LIMITED:
+        raise RateLimitedError(conversation.explain())
+    if conversation.verdict.outcome == "error":
+        raise InfraError(conversation.explain())
+    return conversation
+
+
+@pytest.fixture
+def haico_stack(request: pytest.FixtureRequest) -> HaicoStack:
+    """The arm's running stack: service URLs, log paths, a read-only database DSN.
+
+    The arm is the item's, else the one named by `@pytest.mark.haico_arm("name")`,
+    else the only arm selected. Each arm's stack starts once per session.
+    """
+    return _sessions(request).stack(_arm_for(request))
+
+
+@pytest_asyncio.fixture
+async def haico_client(haico_stack: HaicoStack) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx.AsyncClient bound to the arm's backend, with its admin token."""
+    async with httpx.AsyncClient(
+        base_url=haico_stack.backend_url,
+        headers={"Authorization": f"Bearer {haico_stack.admin_token}"},
+        trust_env=False,
+        timeout=60.0,
+    ) as client:
+        yield client
+
+
+def _sessions(request: pytest.FixtureRequest) -> ArmSessions:
+    sessions = request.config.stash.get(SESSIONS_KEY, None)
+    if sessions is None:
+        raise pytest.UsageError(
+            "haico: no campaign was loaded: is there an experiments directory with arms/?"
+        )
+    return sessions
+
+
+def _arm_for(request: pytest.FixtureRequest) -> str:
+    node: pytest.Item = request.node
+    state = node.stash.get(ATTEMPT_KEY, None)
+    if state is not None:
+        return state.spec.arm.name
+    marker = node.get_closest_marker("haico_arm")
+    sessions = _sessions(request)
+    if marker is not None and marker.args:
+        name = str(marker.args[0])
+        if name not in sessions.arms:
+            raise pytest.UsageError(
+                f"haico: haico_arm({name!r}): no such arm; known: {', '.join(sessions.arms)}"
+            )
+        return name
+    selected = list(sessions.settings.arms) or list(sessions.arms)
+    if len(selected) != 1:
+        raise pytest.UsageError(
+            f"haico: {request.node.nodeid} uses haico_stack, but {len(selected)} arms are "
+            'selected: mark the test with @pytest.mark.haico_arm("<arm>") or pass --haico-arm'
+        )
+    return selected[0]
