@@ -114,6 +114,7 @@ class ArmSession:
             seed=arm.standin.seed,
             substitute_model=arm.standin.substitute_model or None,
             rate_limit_rpm=arm.standin.rate_limit_rpm or None,
+            recursion_flag=arm.standin.recursion_flag,
             registry_mirror=self.claim.path / "services.json",
         )
         self.stack = stack

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -61,5 +62,7 @@ def load_cluster_env(path: Path) -> ClusterEnv:
             raise ConfigError(where, key, f"bad quoting in {raw!r}: {exc}") from None
         if len(words) > 1:
             raise ConfigError(where, key, f'the value has spaces; quote it: {key}="{raw}"')
-        values[key] = words[0] if words else ""
+        value = words[0] if words else ""
+        # Sourced by a shell, "$USER/x" expands; '$USER/x' in single quotes does not.
+        values[key] = value if raw.lstrip().startswith("'") else os.path.expandvars(value)
     return ClusterEnv(path=path, values=values)

@@ -121,6 +121,7 @@ class StandinSection(_Section):
     seed: int = 0
     substitute_model: str = ""
     rate_limit_rpm: Annotated[int, Field(ge=0)] = 0
+    recursion_flag: bool = True
 
 
 class BackendSection(_Section):

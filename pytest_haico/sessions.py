@@ -25,7 +25,6 @@ class ArmSessions:
         self.settings = settings
         self.arms = arms
         self.recorder = recorder
-        self.breaker = CircuitBreaker()
         self.gate_failure: str | None = None
         self.trip_reason: str | None = None
         self._session: pytest.Session | None = None
@@ -79,7 +78,8 @@ class ArmSessions:
             concurrency=settings.concurrency or self.arms[arm].run.concurrency,
             drain_timeout=settings.drain_timeout,
             recorder=self.recorder,
-            breaker=self.breaker,
+            # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
+            breaker=CircuitBreaker(),
             on_trip=self._trip,
         )
         self._sessions[arm] = session

@@ -168,6 +168,7 @@ def build_local_stack(
     seed: int,
     substitute_model: str | None = None,
     rate_limit_rpm: int | None = None,
+    recursion_flag: bool = True,
     postgres_bin_dir: Path | None = None,
     state_dir: Path | None = None,
     ports: PortPool | None = None,
@@ -198,6 +199,8 @@ def build_local_stack(
             argv += ["--substitute-model", substitute_model]
         if rate_limit_rpm is not None:
             argv += ["--rate-limit-rpm", str(rate_limit_rpm)]
+        if not recursion_flag:
+            argv.append("--no-recursion-flag")
         return argv
 
     llm = HttpService(
