@@ -1,0 +1,192 @@
+"""The stand-in backend's HTTP app: auth, rate limit, query validation, the SSE turn stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from pytest_haico.redact import Redactor
+from pytest_haico.standins.agent import build_agent
+from pytest_haico.standins.backend_wire import QueryRequest, error_event, sse_data
+from pytest_haico.standins.model_client import (
+    build_chat_model,
+    build_http_client,
+    endpoint_refusal,
+    provider_for,
+)
+from pytest_haico.standins.rate_limit import SlidingWindowLimiter
+from pytest_haico.standins.snapshots import Pool, SnapshotStore, setup_database
+from pytest_haico.standins.turns import (
+    TurnRecording,
+    TurnRefusedError,
+    aiter_turn_events,
+    plan_turn,
+)
+
+if TYPE_CHECKING:
+    from pytest_haico.standins.backend import BackendSettings
+
+logger = logging.getLogger("pytest_haico.standins.backend")
+
+# Seconds the start-up waits for the database before giving up.
+DATABASE_TIMEOUT_S = 15.0
+
+
+@dataclass
+class _Resources:
+    """What the app opens at start-up and closes at shutdown."""
+
+    pool: Pool
+    saver: AsyncPostgresSaver
+    store: SnapshotStore
+    http_client: httpx.AsyncClient
+
+
+class _BackendApp:
+    """The request handlers and the resources they share."""
+
+    def __init__(self, settings: BackendSettings) -> None:
+        self.settings = settings
+        self.redactor = Redactor(settings.secrets)
+        self.limiter = (
+            SlidingWindowLimiter(settings.rate_limit_rpm) if settings.rate_limit_rpm else None
+        )
+        self._resources: _Resources | None = None
+        # Turns of one thread run one at a time (the index is assigned under the lock), so
+        # indices never collide; one small lock per thread ever seen is a stand-in's budget.
+        self._thread_locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def resources(self) -> _Resources:
+        assert self._resources is not None, "used before start-up"
+        return self._resources
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        pool: Pool = AsyncConnectionPool(
+            self.settings.database_url,
+            connection_class=AsyncConnection[DictRow],
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            min_size=1,
+            max_size=10,
+            open=False,
+        )
+        await pool.open(wait=True, timeout=DATABASE_TIMEOUT_S)
+        http_client = build_http_client()
+        try:
+            saver = AsyncPostgresSaver(pool)
+            await setup_database(pool, saver)
+            self._resources = _Resources(pool, saver, SnapshotStore(pool), http_client)
+            logger.info("stand-in backend ready: database set up, checkpointer on Postgres")
+            yield
+        finally:
+            await http_client.aclose()
+            await pool.close()
+
+    def _authorized(self, request: Request) -> bool:
+        given = request.headers.get("authorization", "").encode()
+        return hmac.compare_digest(given, f"Bearer {self.settings.admin_token}".encode())
+
+    @staticmethod
+    def _unauthorized() -> JSONResponse:
+        return JSONResponse(
+            {"detail": "missing or invalid admin token"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    async def health(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        try:
+            await self.resources.store.ping()
+        except Exception as exc:
+            detail = self.redactor.redact(f"database unreachable: {exc}")
+            return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def query(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        if self.limiter is not None and (retry_after := self.limiter.admit()) is not None:
+            return JSONResponse(
+                {"detail": f"rate limit of {self.settings.rate_limit_rpm} queries per minute"},
+                status_code=429,
+                headers={"Retry-After": str(retry_after)},
+            )
+        try:
+            body = QueryRequest.model_validate(json.loads(await request.body()))
+        except (ValueError, ValidationError) as exc:
+            return JSONResponse({"detail": f"invalid query: {exc}"}, status_code=422)
+        model_config = body.config.model
+        refusal = endpoint_refusal(model_config.endpoint_url)
+        if refusal is not None:
+            return JSONResponse({"detail": refusal}, status_code=400)
+        resources = self.resources
+        model = build_chat_model(
+            model_config, api_key=self.settings.vllm_api_key, http_client=resources.http_client
+        )
+        graph = build_agent(model, resources.saver)
+        try:
+            plan = await plan_turn(body, graph=graph, store=resources.store)
+        except TurnRefusedError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=400)
+        recording = TurnRecording(
+            provider=provider_for(model_config.endpoint_url),
+            model_id=self.settings.substitute_model or model_config.model_id,
+            recursion_flag=self.settings.recursion_flag,
+            redactor=self.redactor,
+        )
+        lock = self._thread_locks.setdefault(plan.thread_id, asyncio.Lock())
+
+        async def aiter_sse() -> AsyncIterator[str]:
+            async with lock:
+                try:
+                    async for event in aiter_turn_events(
+                        plan,
+                        query=body.query,
+                        recursion_limit=body.config.agent.recursion_limit,
+                        graph=graph,
+                        store=resources.store,
+                        recording=recording,
+                    ):
+                        yield sse_data(event)
+                except Exception as exc:
+                    logger.exception("a turn of thread %s failed", plan.thread_id)
+                    message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+                    yield sse_data(error_event("internal", message))
+
+        return StreamingResponse(
+            aiter_sse(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+
+def build_app(settings: BackendSettings) -> Starlette:
+    """The ASGI app: ``GET /api/health`` and ``POST /api/query/stream_steps/sse``."""
+    handlers = _BackendApp(settings)
+    return Starlette(
+        routes=[
+            Route("/api/health", handlers.health, methods=["GET"]),
+            Route("/api/query/stream_steps/sse", handlers.query, methods=["POST"]),
+        ],
+        lifespan=handlers.lifespan,
+    )

@@ -1,0 +1,81 @@
+"""The backend's model client: the vllm host rule, ``*.localhost`` names, and ChatOpenAI."""
+
+from __future__ import annotations
+
+import httpx
+from langchain_openai import ChatOpenAI
+
+from pytest_haico.standins.backend_wire import ModelConfig
+
+# With no key configured vLLM accepts anything; "EMPTY" is its documented placeholder. Never
+# fall back to OPENAI_API_KEY: that would send a real provider key to a local server.
+NO_KEY = "EMPTY"
+# The model call has no deadline of its own beyond this; the driver's turn timeout is shorter.
+MODEL_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+def endpoint_refusal(endpoint_url: str) -> str | None:
+    """Why the backend refuses *endpoint_url*, or None.
+
+    The HAI-Co² backend picks the provider from the endpoint's host name: only a host that
+    contains ``vllm`` gets ``VLLM_API_KEY``. The stand-in serves nothing else.
+    """
+    try:
+        url = httpx.URL(endpoint_url)
+    except httpx.InvalidURL as exc:
+        return f"endpoint_url {endpoint_url!r} is not a URL: {exc}"
+    if url.scheme not in ("http", "https"):
+        return f"endpoint_url {endpoint_url!r} must be an http or https URL"
+    if "vllm" not in url.host:
+        return (
+            f"endpoint_url host {url.host!r} must contain 'vllm': the backend sends "
+            "VLLM_API_KEY only to vLLM endpoints (e.g. http://vllm.localhost:PORT/v1)"
+        )
+    return None
+
+
+def provider_for(endpoint_url: str) -> str:
+    """The provider the backend records for an endpoint (its snapshot's ``provider``)."""
+    return "vllm" if "vllm" in httpx.URL(endpoint_url).host else "openai"
+
+
+class LoopbackTransport(httpx.AsyncHTTPTransport):
+    """Sends requests for ``localhost`` and ``*.localhost`` to 127.0.0.1.
+
+    RFC 6761 makes those names loopback, but Debian's resolver (``hosts: files dns``) does not
+    resolve ``vllm.localhost``; mapping them here keeps /etc/hosts untouched. The Host header
+    keeps the name the client asked for.
+    """
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if host == "localhost" or host.endswith(".localhost"):
+            request.url = request.url.copy_with(host="127.0.0.1")
+        return await super().handle_async_request(request)
+
+
+def build_http_client() -> httpx.AsyncClient:
+    """The one HTTP client every model call goes through."""
+    # trust_env=False: an HTTP(S)_PROXY inherited from a cluster shell must not capture
+    # loopback traffic, and no .netrc credentials may be attached.
+    return httpx.AsyncClient(transport=LoopbackTransport(), trust_env=False, timeout=MODEL_TIMEOUT)
+
+
+def build_chat_model(
+    config: ModelConfig, *, api_key: str | None, http_client: httpx.AsyncClient
+) -> ChatOpenAI:
+    """ChatOpenAI for one request's model config: streaming with usage, no retries."""
+    return ChatOpenAI(
+        base_url=config.endpoint_url,
+        model=config.model_id,
+        api_key=api_key or NO_KEY,  # type: ignore[arg-type]  # str is accepted at runtime
+        max_tokens=config.max_tokens,  # type: ignore[call-arg]  # alias of max_completion_tokens
+        temperature=config.temperature,
+        max_retries=0,
+        streaming=True,
+        stream_usage=True,
+        http_async_client=http_client,
+        # Explicit: an OPENAI_PROXY in the environment would otherwise be refused next to a
+        # custom client, or route loopback traffic through a proxy.
+        openai_proxy=None,
+    )

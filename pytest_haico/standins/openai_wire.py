@@ -1,0 +1,250 @@
+"""vLLM's OpenAI-compatible chat wire format: requests, token counts, replies, chunks, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Size of the argument fragments of a streamed tool call; small enough that every real call
+# arrives in several pieces, as it does from vLLM's tool parsers.
+ARGUMENT_FRAGMENT_CHARS = 16
+
+
+class FunctionDefinition(BaseModel):
+    """``tools[].function``: a name, a description and a JSON schema of the parameters."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDefinition(BaseModel):
+    """One entry of ``tools``."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    """The function a named ``tool_choice`` forces."""
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice: {"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``; vLLM defaults ``include_usage`` to true once the object is given."""
+
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = True
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class ChatRequest(BaseModel):
+    """The part of a chat completion request that a stand-in model acts on; the rest is ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    @property
+    def token_limit(self) -> int | None:
+        """The completion budget; ``max_completion_tokens`` wins over the older ``max_tokens``."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    @property
+    def effective_tool_choice(self) -> ToolChoice:
+        """``tool_choice`` as vLLM resolves it: "auto" when tools are given without a choice."""
+        if not self.tools:
+            return "none"
+        return self.tool_choice if self.tool_choice is not None else "auto"
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a stream ends with a usage chunk."""
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a reply; ``arguments`` is JSON text, as on the wire."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the stand-in model answers: text, tool calls, or (persona blank) neither."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+    def as_json(self) -> dict[str, int]:
+        """The ``usage`` object of a response or of the final stream chunk."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+def count_tokens(text: str) -> int:
+    """A deterministic stand-in for a tokenizer: one token per four characters, rounded up."""
+    return (len(text) + 3) // 4
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a message whose content is a string, a list of parts, or null."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def count_prompt_tokens(request: ChatRequest) -> int:
+    """Tokens of the prompt: each message's text and tool calls plus the tool definitions."""
+    total = 0
+    for message in request.messages:
+        total += 3 + count_tokens(message_text(message))  # 3: the role and the separators
+        if message.get("tool_calls"):
+            total += count_tokens(json.dumps(message["tool_calls"]))
+    if request.tools:
+        total += count_tokens(json.dumps([t.model_dump() for t in request.tools]))
+    return total
+
+
+def count_completion_tokens(reply: Reply) -> int:
+    """Tokens of a reply, at least one (the end-of-sequence token of a blank answer)."""
+    calls = sum(count_tokens(c.name) + count_tokens(c.arguments) for c in reply.tool_calls)
+    return max(1, count_tokens(reply.content) + calls)
+
+
+def truncate(reply: Reply, limit: int | None) -> tuple[Reply, str]:
+    """Cut the reply's text to *limit* tokens; return it with its finish reason.
+
+    Tool calls are never cut: the stand-in's calls are always complete JSON, like vLLM's
+    guided decoding of a named choice, which is what the capability probe relies on.
+    """
+    if reply.tool_calls:
+        return reply, "tool_calls"
+    if limit is not None and count_tokens(reply.content) > limit:
+        return Reply(reply.content[: limit * 4]), "length"
+    return reply, "stop"
+
+
+def completion_body(
+    *, completion_id: str, created: int, model: str, reply: Reply, finish_reason: str, usage: Usage
+) -> dict[str, Any]:
+    """A non-streaming ``chat.completion`` object."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["content"] = reply.content or None
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ]
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        ],
+        "usage": usage.as_json(),
+    }
+
+
+def iter_chunk_bodies(
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    reply: Reply,
+    finish_reason: str,
+    usage: Usage | None,
+) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed reply, in order.
+
+    Role first, then text pieces; each tool call as a header (index, id, name, empty
+    arguments) followed by argument fragments; then the finish reason; then, when *usage* is
+    given (``stream_options.include_usage``), a chunk with no choices and the usage.
+    """
+    usage_field: dict[str, Any] = {"usage": None} if usage is not None else {}
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        return {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}],
+            **usage_field,
+        }
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in re.findall(r"\S+\s*|\s+", reply.content):
+        yield chunk({"content": piece})
+    for index, call in enumerate(reply.tool_calls):
+        function = {"name": call.name, "arguments": ""}
+        header = {"index": index, "id": call.id, "type": "function", "function": function}
+        yield chunk({"tool_calls": [header]})
+        for start in range(0, len(call.arguments), ARGUMENT_FRAGMENT_CHARS):
+            fragment = call.arguments[start : start + ARGUMENT_FRAGMENT_CHARS]
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+    yield chunk({}, finish_reason)
+    if usage is not None:
+        yield {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage.as_json(),
+        }
+
+
+def error_body(message: str, *, error_type: str, code: int) -> dict[str, Any]:
+    """vLLM's error object: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
+def sse_data(payload: dict[str, Any] | str) -> str:
+    """One server-sent event carrying a JSON object, or the literal ``[DONE]``."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n"

@@ -1,0 +1,166 @@
+"""How each stand-in persona answers a chat request, decided from hash(seed, messages) alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pytest_haico.standins.openai_wire import (
+    ChatRequest,
+    NamedToolChoice,
+    Reply,
+    ToolCall,
+    ToolDefinition,
+    message_text,
+)
+from pytest_haico.standins.schema_values import break_arguments, generate_value
+
+# Share of unguided requests that persona flaky answers with a 500.
+FLAKY_SHARE = 0.5
+# Latency that persona slow adds on top of --latency-ms.
+SLOW_EXTRA_MS = 1000
+# A user turn that names one of these asks for an artifact, so persona helpful calls a tool.
+ARTIFACT_WORDS = re.compile(r"\b(document|write|written|file|report|draft|save)\w*", re.IGNORECASE)
+# Tools persona helpful prefers for an artifact, by a word in their name.
+_ARTIFACT_TOOL = re.compile(r"document|write|file|report|save", re.IGNORECASE)
+_TOPIC_CHARS = 80
+
+_ANSWERS = (
+    "Here is a short answer about {topic}: start with the essentials, then refine.",
+    "On {topic}: the key points are scope, order and a clear next step.",
+    "Regarding {topic}, a brief plan: outline, check the details, then finish.",
+)
+
+
+class Persona(StrEnum):
+    """The stand-in model's behaviour (the arm file's ``[standin] persona``)."""
+
+    HELPFUL = "helpful"
+    LOOPER = "looper"
+    BAD_ARGS = "bad_args"
+    BLANK = "blank"
+    FLAKY = "flaky"
+    SLOW = "slow"
+    HANG = "hang"
+
+
+@dataclass(frozen=True)
+class ServerFault:
+    """Answer 500, as a crashed engine step does (persona flaky)."""
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Never answer; hold the request until the client goes away (persona hang)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do with one request: wait ``delay_s``, then reply, fail or hang."""
+
+    delay_s: float
+    outcome: Reply | ServerFault | Hang
+
+
+def request_digest(seed: int, messages: Sequence[dict[str, Any]]) -> bytes:
+    """sha256 of the seed and the canonical JSON of the messages: the only source of chance.
+
+    Arrival order, time and concurrency never enter, so a conversation replays identically
+    (a flaky conversation fails at the same turn every time).
+    """
+    canonical = json.dumps(list(messages), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(f"{seed}\0{canonical}".encode()).digest()
+
+
+def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latency_ms: int) -> Plan:
+    """Decide how *persona* answers *request*.
+
+    A guided request (a named ``tool_choice``, or "required") always gets a valid call whose
+    arguments satisfy the tool's schema, whatever the persona, as vLLM's guided decoding
+    guarantees: persona flaky does not fail it and persona hang answers it. Latency applies
+    to every request.
+    """
+    digest = request_digest(seed, request.messages)
+    rng = random.Random(digest)
+    delay_ms = latency_ms + (SLOW_EXTRA_MS if persona is Persona.SLOW else 0)
+    choice = request.effective_tool_choice
+    tools = request.tools or []
+    topic = _topic(request.messages)
+    call_id = _CallIds(digest)
+
+    if isinstance(choice, NamedToolChoice):
+        tool = next(t for t in tools if t.function.name == choice.function.name)
+        return Plan(delay_ms / 1000, Reply("", (_valid_call(tool, rng, topic, call_id()),)))
+    if choice == "required":
+        tool = _artifact_tool(tools)
+        return Plan(delay_ms / 1000, Reply("", (_valid_call(tool, rng, topic, call_id()),)))
+    if persona is Persona.HANG:
+        return Plan(delay_ms / 1000, Hang())
+    # The first draw decides flakiness so that it depends on nothing but seed and messages.
+    if persona is Persona.FLAKY and rng.random() < FLAKY_SHARE:
+        return Plan(delay_ms / 1000, ServerFault())
+    return Plan(delay_ms / 1000, _reply(request, persona, rng, topic, call_id))
+
+
+def _reply(
+    request: ChatRequest,
+    persona: Persona,
+    rng: random.Random,
+    topic: str,
+    call_id: _CallIds,
+) -> Reply:
+    tools = (request.tools or []) if request.effective_tool_choice == "auto" else []
+    last = request.messages[-1]
+    if persona is Persona.BLANK:
+        return Reply("")
+    if persona is Persona.LOOPER and tools:
+        return Reply("", (_valid_call(rng.choice(tools), rng, topic, call_id()),))
+    if persona is Persona.BAD_ARGS and tools:
+        tool = _artifact_tool(tools)
+        valid = json.loads(_valid_call(tool, rng, topic, "").arguments)
+        broken = break_arguments(tool.function.parameters or {}, valid)
+        return Reply("", (ToolCall(call_id(), tool.function.name, json.dumps(broken)),))
+    if last.get("role") == "tool":
+        result = " ".join(message_text(last).split())[:_TOPIC_CHARS]
+        return Reply(f"Done. The tool reported: {result or 'no output'}")
+    if tools and ARTIFACT_WORDS.search(_last_user_text(request.messages)):
+        return Reply("", (_valid_call(_artifact_tool(tools), rng, topic, call_id()),))
+    return Reply(rng.choice(_ANSWERS).format(topic=f'"{topic}"'))
+
+
+class _CallIds:
+    """Tool call ids derived from the request digest, so replays send identical histories."""
+
+    def __init__(self, digest: bytes) -> None:
+        self._digest = digest
+        self._count = 0
+
+    def __call__(self) -> str:
+        self._count += 1
+        suffix = hashlib.sha256(self._digest + bytes([self._count])).hexdigest()[:24]
+        return f"chatcmpl-tool-{suffix}"
+
+
+def _valid_call(tool: ToolDefinition, rng: random.Random, topic: str, call_id: str) -> ToolCall:
+    schema = tool.function.parameters or {"type": "object", "properties": {}}
+    arguments = generate_value(schema, rng=rng, topic=topic, name=tool.function.name)
+    return ToolCall(call_id, tool.function.name, json.dumps(arguments))
+
+
+def _artifact_tool(tools: Sequence[ToolDefinition]) -> ToolDefinition:
+    return next((t for t in tools if _ARTIFACT_TOOL.search(t.function.name)), tools[0])
+
+
+def _last_user_text(messages: Sequence[dict[str, Any]]) -> str:
+    return next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+def _topic(messages: Sequence[dict[str, Any]]) -> str:
+    words = " ".join(_last_user_text(messages).split())
+    return words[:_TOPIC_CHARS].rstrip() or "the request"

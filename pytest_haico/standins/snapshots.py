@@ -1,0 +1,155 @@
+"""The backend's database: the checkpointer's tables and ``workspace_snapshots`` (a row a turn)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+from psycopg_pool import AsyncConnectionPool
+
+Pool = AsyncConnectionPool[AsyncConnection[DictRow]]
+
+# Serialises schema set-up when several backends start against one database at once
+# (CREATE TABLE IF NOT EXISTS is not safe against a concurrent twin).
+_SETUP_LOCK_KEY = 0x6861_6963_6F32  # "haico2"
+# A branch of a branch of ...: far deeper than any script, shallow enough to stop a cycle.
+_MAX_LINEAGE = 64
+
+SNAPSHOTS_DDL = """
+CREATE TABLE IF NOT EXISTS workspace_snapshots (
+    snapshot_id       uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    thread_id         text NOT NULL,
+    turn_index        integer NOT NULL,
+    branch_from       integer,
+    parent_thread_id  text,
+    checkpoint_id     text,
+    provider          text NOT NULL,
+    model_id          text NOT NULL,
+    outcome           text NOT NULL,
+    error_kind        text,
+    tokens_in         integer NOT NULL DEFAULT 0,
+    tokens_out        integer NOT NULL DEFAULT 0,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (thread_id, turn_index)
+)
+"""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One row of ``workspace_snapshots``.
+
+    ``branch_from`` and ``parent_thread_id`` are set on the first turn of a branch thread:
+    the turn forked from turn ``branch_from`` of ``parent_thread_id``. ``outcome`` is
+    "complete" or "error" (then ``error_kind`` is the error event's kind).
+    """
+
+    thread_id: str
+    turn_index: int
+    branch_from: int | None
+    parent_thread_id: str | None
+    checkpoint_id: str | None
+    provider: str
+    model_id: str
+    outcome: str
+    error_kind: str | None
+    tokens_in: int
+    tokens_out: int
+
+
+@dataclass(frozen=True)
+class TurnCheckpoint:
+    """Where the state after a turn is: a thread and the checkpoint id that ended the turn."""
+
+    thread_id: str
+    checkpoint_id: str
+
+
+async def setup_database(pool: Pool, saver: AsyncPostgresSaver) -> None:
+    """Create or migrate the checkpointer's tables and ``workspace_snapshots``."""
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK_KEY,))
+        try:
+            await saver.setup()
+            await conn.execute(SNAPSHOTS_DDL)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+
+
+class SnapshotStore:
+    """Reads and writes ``workspace_snapshots``."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def ping(self) -> None:
+        """Raise unless the database answers."""
+        async with self._pool.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    async def next_turn_index(self, thread_id: str) -> int:
+        """The index of the thread's next turn (a branch thread continues its parent's count)."""
+        row = await self._one(
+            "SELECT max(turn_index) AS last FROM workspace_snapshots WHERE thread_id = %s",
+            (thread_id,),
+        )
+        last = row["last"] if row else None
+        return 0 if last is None else int(last) + 1
+
+    async def find_turn(self, thread_id: str, turn_index: int) -> TurnCheckpoint | None:
+        """The checkpoint that ended turn *turn_index* as seen from *thread_id*.
+
+        A branch thread holds only the turns after its fork; earlier ones are looked up in
+        the thread it was forked from, and so on up the lineage.
+        """
+        for _ in range(_MAX_LINEAGE):
+            row = await self._one(
+                "SELECT checkpoint_id FROM workspace_snapshots"
+                " WHERE thread_id = %s AND turn_index = %s",
+                (thread_id, turn_index),
+            )
+            if row is not None:
+                checkpoint_id = row["checkpoint_id"]
+                return TurnCheckpoint(thread_id, checkpoint_id) if checkpoint_id else None
+            fork = await self._one(
+                "SELECT parent_thread_id, branch_from FROM workspace_snapshots"
+                " WHERE thread_id = %s AND parent_thread_id IS NOT NULL"
+                " ORDER BY turn_index LIMIT 1",
+                (thread_id,),
+            )
+            if fork is None or turn_index > int(fork["branch_from"]):
+                return None
+            thread_id = str(fork["parent_thread_id"])
+        return None
+
+    async def record(self, snapshot: Snapshot) -> str:
+        """Insert the turn's row; return its ``snapshot_id``."""
+        row = await self._one(
+            "INSERT INTO workspace_snapshots (thread_id, turn_index, branch_from,"
+            " parent_thread_id, checkpoint_id, provider, model_id, outcome, error_kind,"
+            " tokens_in, tokens_out) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " RETURNING snapshot_id",
+            (
+                snapshot.thread_id,
+                snapshot.turn_index,
+                snapshot.branch_from,
+                snapshot.parent_thread_id,
+                snapshot.checkpoint_id,
+                snapshot.provider,
+                snapshot.model_id,
+                snapshot.outcome,
+                snapshot.error_kind,
+                snapshot.tokens_in,
+                snapshot.tokens_out,
+            ),
+        )
+        assert row is not None
+        return str(row["snapshot_id"])
+
+    async def _one(self, query: LiteralString, params: tuple[Any, ...]) -> DictRow | None:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(query, params)
+            return await cursor.fetchone()
