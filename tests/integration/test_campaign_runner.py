@@ -1,0 +1,111 @@
+"""Conversations in flight: records the moment they end, a breaker, and interrupts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+from tests.integration.conftest import Project, wait_for
+
+CONVERSATION_TEST = """
+from pytest_haico import Verdict
+
+
+def test_conversation(haico_conversation):
+    assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()
+"""
+PASSED = re.compile(r"test_conversation\[(.+)\] PASSED")
+
+
+def quick_scripts(count: int) -> str:
+    return "".join(
+        f'{{"id": "quick{i}", "turns": [{{"user": "hello {i}"}}]}}\n' for i in range(count)
+    )
+
+
+def ledger_lines(project: Project, arm: str) -> list[bytes]:
+    lines: list[bytes] = []
+    for path in (project.arm_dir(arm) / "ledger").glob("*.jsonl"):
+        lines.extend(path.read_bytes().split(b"\n")[:-1])
+    return lines
+
+
+def test_kill_9_keeps_the_records_of_conversations_pytest_had_not_reported(
+    project: Project, tmp_path: Path
+) -> None:
+    # The first item is a long conversation, so pytest waits on it while the seven
+    # quick ones, in flight beside it, end and are recorded.
+    project.write("arms/demo.toml", "[run]\nconcurrency = 8\n[standin]\nlatency_ms = 150\n")
+    long_turns = ", ".join(f'{{"user": "step {i} of a long talk"}}' for i in range(30))
+    project.write("scripts/a.jsonl", f'{{"id": "a-long", "turns": [{long_turns}]}}\n')
+    project.write("scripts/b.jsonl", quick_scripts(7))
+    project.write("test_conversations.py", CONVERSATION_TEST)
+    output = tmp_path / "out"
+    process = project.start("-v", output=output)
+    wait_for(
+        lambda: len(ledger_lines(project, "demo")) >= 7,
+        timeout=120,
+        what="the seven quick conversations to be recorded",
+    )
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+    records = [json.loads(line) for line in ledger_lines(project, "demo")]
+    assert sorted(r["script"] for r in records) == [f"quick{i}" for i in range(7)]
+    assert not PASSED.findall(output.read_text()), "pytest was still waiting on the first item"
+    assert {r["in_flight_at_start"] for r in records} - {0}, "they ran concurrently"
+    transcripts = project.arm_dir("demo") / "transcripts"
+    for record in records:
+        name = f"{record['item_id']}.{record['run_id']}.{record['attempt']}.jsonl"
+        assert (transcripts / name).stat().st_size > 0
+
+    rerun = project.run("--haico-exit", "campaign")
+    assert rerun.returncode == 0, rerun.stdout
+    assert "haico: 7 done in ledger, 1 to run (0 retries)" in rerun.stdout
+
+
+def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(project: Project) -> None:
+    project.write(
+        "arms/demo.toml",
+        "[run]\nconcurrency = 2\nturn_timeout_s = 1\n[standin]\npersona = 'hang'\n",
+    )
+    project.write("scripts/a.jsonl", quick_scripts(12))
+    project.write("test_conversations.py", CONVERSATION_TEST)
+    result = project.run()
+    assert result.returncode == 75, result.stdout
+    assert re.search(
+        r"stopped \(exit 75\): circuit breaker: 5 of the last 5 conversations "
+        r"failed on infrastructure \(mostly: backend\); the tail of the backend "
+        r"log:",
+        result.stdout,
+    ), result.stdout
+    records = project.records("demo")
+    assert 5 <= len(records) <= 5 + 2  # stopped admitting; at most the in-flight ones more
+    assert {r["verdict"] for r in records} <= {"infra_error", "interrupted"}
+
+
+def test_ctrl_c_records_in_flight_conversations_as_interrupted(
+    project: Project, tmp_path: Path
+) -> None:
+    project.write("arms/demo.toml", "[run]\nconcurrency = 3\n[standin]\npersona = 'hang'\n")
+    project.write("scripts/a.jsonl", quick_scripts(6))
+    project.write("test_conversations.py", CONVERSATION_TEST)
+    process = project.start(
+        "--haico-exit", "campaign", "--haico-drain-timeout", "0", output=tmp_path / "out"
+    )
+    transcripts = project.arm_dir("demo") / "transcripts"
+    wait_for(
+        lambda: transcripts.is_dir() and len(list(transcripts.iterdir())) >= 3,
+        timeout=120,
+        what="three conversations in flight",
+    )
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 75
+    records = project.records("demo")
+    assert len(records) == 3
+    assert {r["verdict"] for r in records} == {"interrupted"}
+    rerun = project.run("--collect-only", "-q")
+    assert "haico: 0 done in ledger, 6 to run (3 retries)" in rerun.stdout

@@ -1,0 +1,180 @@
+"""The stack through the plugin: fixtures, once per arm, and nothing left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+
+from tests.integration.conftest import Project, is_alive, wait_for
+
+HAND_WRITTEN = """
+import json
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+SEEN = Path(os.environ["HAICO_TEST_SEEN"])
+
+
+def note(stack):
+    services = json.loads((stack.log_paths["backend"].parent.parent / "services.json").read_text())
+    pids = {s["name"]: s["pid"] for s in services["services"]}
+    with SEEN.open("a") as handle:
+        handle.write(json.dumps({"ports": stack.ports, "pids": pids}) + "\\n")
+
+
+def test_stack_exposes_urls_logs_and_a_read_only_dsn(haico_stack):
+    note(haico_stack)
+    assert haico_stack.backend_url.startswith("http://127.0.0.1:")
+    assert haico_stack.model_endpoint.startswith("http://vllm.localhost:")
+    assert set(haico_stack.log_paths) == {"postgres", "llm", "backend"}
+    assert all(path.is_file() for path in haico_stack.log_paths.values())
+    assert haico_stack.admin_token not in repr(haico_stack)
+    with psycopg.connect(haico_stack.readonly_dsn, autocommit=True) as connection:
+        assert connection.execute("select count(*) from workspace_snapshots").fetchone()
+        with pytest.raises(psycopg.Error):
+            connection.execute("create table intruder (i int)")
+
+
+@pytest.mark.asyncio
+async def test_client_is_authenticated(haico_client):
+    response = await haico_client.get("/api/health")
+    assert response.status_code == 200
+
+
+def test_a_failing_test(haico_stack):
+    note(haico_stack)
+    assert False, "fails on purpose"
+
+
+@pytest.fixture
+def broken(haico_stack):
+    raise RuntimeError("a fixture raises on purpose")
+
+
+def test_a_raising_fixture(broken):
+    pass
+
+
+def test_last(haico_stack):
+    note(haico_stack)
+"""
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_stack_starts_once_stops_once_despite_failures(project: Project, tmp_path: Path) -> None:
+    project.write("arms/demo.toml", "")
+    project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
+    project.write("test_stack.py", HAND_WRITTEN)
+    seen = tmp_path / "seen.jsonl"
+    os.environ["HAICO_TEST_SEEN"] = str(seen)
+    try:
+        result = project.run("experiments/test_stack.py", "-rA")
+    finally:
+        del os.environ["HAICO_TEST_SEEN"]
+    assert "1 failed, 3 passed, 1 error" in result.stdout, result.stdout
+    notes = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(notes) == 3 and all(note == notes[0] for note in notes)  # one stack, reused
+    for pid in notes[0]["pids"].values():
+        wait_for(lambda pid=pid: not is_alive(pid), timeout=15, what=f"pid {pid} to exit")
+    for port in notes[0]["ports"].values():
+        wait_for(lambda port=port: port_is_free(port), timeout=15, what=f"port {port} free")
+    logs = next((project.arm_dir("demo") / "runs").iterdir()) / "logs"
+    postgres_log = (logs / "postgres.log").read_text()
+    assert postgres_log.count("database system is ready to accept connections") == 1
+    assert postgres_log.count("database system is shut down") == 1
+
+
+BLOCKING = """
+import json, os, time
+from pathlib import Path
+
+def test_blocks(haico_stack):
+    services = json.loads((haico_stack.log_paths["backend"].parent.parent / "services.json")
+                          .read_text())
+    Path(os.environ["HAICO_TEST_SEEN"]).write_text(json.dumps(
+        {"pids": [s["pid"] for s in services["services"]], "ports": list(haico_stack.ports.values())}))
+    time.sleep(120)
+"""
+
+
+def test_ctrl_c_stops_every_service(project: Project, tmp_path: Path) -> None:
+    project.write("arms/demo.toml", "")
+    project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
+    project.write("test_block.py", BLOCKING)
+    seen = tmp_path / "seen.json"
+    os.environ["HAICO_TEST_SEEN"] = str(seen)
+    try:
+        process = project.start("experiments/test_block.py", output=tmp_path / "out")
+    finally:
+        del os.environ["HAICO_TEST_SEEN"]
+    wait_for(seen.exists, timeout=120, what="the stack to come up")
+    state = json.loads(seen.read_text())
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 2
+    for pid in state["pids"]:
+        wait_for(lambda pid=pid: not is_alive(pid), timeout=15, what=f"pid {pid} to exit")
+    assert all(port_is_free(port) for port in state["ports"])
+
+
+BROKEN_BACKEND = """
+import sys
+
+import pytest_haico.arm_session as arm_session
+
+_real = arm_session.build_local_stack
+
+
+def _broken(*args, **kwargs):
+    stack = _real(*args, **kwargs)
+    stack.backend.argv = lambda port: [
+        sys.executable, "-c",
+        "import sys; print('backend: cannot read its configuration', file=sys.stderr); sys.exit(3)",
+    ]
+    return stack
+
+
+arm_session.build_local_stack = _broken
+"""
+
+CONVERSATION_TEST = """
+from pytest_haico import Verdict
+
+
+def test_conversation(haico_conversation):
+    assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()
+"""
+
+
+def test_a_failed_start_exits_78_with_the_log_tail_and_writes_no_record(
+    project: Project,
+) -> None:
+    project.write("arms/demo.toml", "")
+    project.write(
+        "scripts/a.jsonl",
+        "".join(f'{{"id": "s{i}", "turns": [{{"user": "hello {i}"}}]}}\n' for i in range(3)),
+    )
+    project.write("test_conversations.py", CONVERSATION_TEST)
+    project.write("conftest.py", BROKEN_BACKEND)
+    result = project.run("--haico-exit", "campaign")
+    assert result.returncode == 78, result.stdout + result.stderr
+    assert "the stack of arm demo did not start" in result.stdout
+    assert "backend: cannot read its configuration" in result.stdout
+    assert project.records("demo") == []
+    services = json.loads(
+        (next((project.arm_dir("demo") / "runs").iterdir()) / "services.json").read_text()
+    )
+    assert all(not is_alive(s["pid"]) for s in services["services"] if s["pid"])
