@@ -105,8 +105,9 @@ from pathlib import Path
 def test_blocks(haico_stack):
     services = json.loads((haico_stack.log_paths["backend"].parent.parent / "services.json")
                           .read_text())
-    Path(os.environ["HAICO_TEST_SEEN"]).write_text(json.dumps(
-        {"pids": [s["pid"] for s in services["services"]], "ports": list(haico_stack.ports.values())}))
+    pids = [s["pid"] for s in services["services"]]
+    ports = list(haico_stack.ports.values())
+    Path(os.environ["HAICO_TEST_SEEN"]).write_text(json.dumps({"pids": pids, "ports": ports}))
     time.sleep(120)
 """
 
