@@ -48,15 +48,18 @@ def write_campaign(root: Path, items: int) -> None:
     (root / "experiments" / "scripts").mkdir()
     (root / "pyproject.toml").write_text(INI)
     (root / "experiments" / "arms" / "demo.toml").write_text("")
-    lines = [json.dumps({"id": f"s{i:06d}", "turns": [{"user": f"turn {i}"}]}) for i in range(items)]
+    lines = [
+        json.dumps({"id": f"s{i:06d}", "turns": [{"user": f"turn {i}"}]}) for i in range(items)
+    ]
     (root / "experiments" / "scripts" / "all.jsonl").write_text("\n".join(lines) + "\n")
     (root / "experiments" / "test_conversations.py").write_text(HAICO_TEST)
 
 
 def timed(command: list[str], cwd: Path) -> float:
     started = time.perf_counter()
-    subprocess.run(command, cwd=cwd, check=False, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        command, cwd=cwd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - started
 
 
@@ -72,21 +75,48 @@ def fill_ledger(root: Path, records: int) -> Path:
     """A ledger of `records` completed items that are not in the campaign (worst case)."""
     ledger = root / "results" / "default" / "demo" / "ledger"
     ledger.mkdir(parents=True)
-    turn = {"index": 0, "thread_id": "t", "branch_from": None, "latency_s": 1.2,
-            "first_event_s": 0.1, "steps": 3, "tool_calls": 1, "tool_errors": 0,
-            "tokens_in": 900, "tokens_out": 120, "provider": "vllm", "model_id": "demo",
-            "snapshot_id": "s"}
+    turn = {
+        "index": 0,
+        "thread_id": "t",
+        "branch_from": None,
+        "latency_s": 1.2,
+        "first_event_s": 0.1,
+        "steps": 3,
+        "tool_calls": 1,
+        "tool_errors": 0,
+        "tokens_in": 900,
+        "tokens_out": 120,
+        "provider": "vllm",
+        "model_id": "demo",
+        "snapshot_id": "s",
+    }
     with open(ledger / "old.1.jsonl", "w") as handle:
         for i in range(records):
-            record = {"schema": 1, "run_id": "old.1", "campaign": "default", "arm": "demo",
-                      "stratum": "default", "item_id": f"{i:064x}", "nodeid": f"x[{i}]",
-                      "script": f"x{i}", "script_sha256": "0" * 64, "repeat": 0, "attempt": 1,
-                      "outcome": "passed", "verdict": "completed",
-                      "started_at": "2026-01-01T00:00:00.000000+00:00",
-                      "finished_at": "2026-01-01T00:00:01.000000+00:00", "duration_s": 1.0,
-                      "in_flight_at_start": 0, "model_identity": "m", "backend_identity": "b",
-                      "turns": [turn, turn, turn], "error": None, "slurm": None,
-                      "harness_version": "0.1.0"}
+            record = {
+                "schema": 1,
+                "run_id": "old.1",
+                "campaign": "default",
+                "arm": "demo",
+                "stratum": "default",
+                "item_id": f"{i:064x}",
+                "nodeid": f"x[{i}]",
+                "script": f"x{i}",
+                "script_sha256": "0" * 64,
+                "repeat": 0,
+                "attempt": 1,
+                "outcome": "passed",
+                "verdict": "completed",
+                "started_at": "2026-01-01T00:00:00.000000+00:00",
+                "finished_at": "2026-01-01T00:00:01.000000+00:00",
+                "duration_s": 1.0,
+                "in_flight_at_start": 0,
+                "model_identity": "m",
+                "backend_identity": "b",
+                "turns": [turn, turn, turn],
+                "error": None,
+                "slurm": None,
+                "harness_version": "0.1.0",
+            }
             handle.write(json.dumps(record) + "\n")
     return ledger
 
@@ -114,12 +144,15 @@ def main() -> None:
         write_plain(base / "empty", 1)
         write_campaign(base / "campaign", ITEMS)
         plain = median_of(repeats, pytest_cmd(), base / "plain")
-        haico = median_of(repeats, pytest_cmd("experiments", "--haico-no-resume"),
-                          base / "campaign")
+        haico = median_of(
+            repeats, pytest_cmd("experiments", "--haico-no-resume"), base / "campaign"
+        )
         print(f"{ITEMS} plain parametrised tests: {plain:.3f} s (median of {repeats})")
         print(f"{ITEMS} trivial haico items (collection + fsynced ledger): {haico:.3f} s")
-        print(f"  added per item: {(haico - plain) / ITEMS * 1000:.3f} ms (target <= 0.6 ms); "
-              f"ratio haico/plain {haico / plain:.2f}")
+        print(
+            f"  added per item: {(haico - plain) / ITEMS * 1000:.3f} ms (target <= 0.6 ms); "
+            f"ratio haico/plain {haico / plain:.2f}"
+        )
 
         small = base / "resume"
         write_campaign(small, 100)
@@ -129,10 +162,14 @@ def main() -> None:
         size = sum(p.stat().st_size for p in ledger.glob("*.jsonl")) / 1e6
         with_ledger = median_of(repeats, collect, small)
         print(f"collection of 100 items, empty ledger: {without:.3f} s")
-        print(f"collection with a {LEDGER_RECORDS:,}-record ledger ({size:.0f} MB): "
-              f"{with_ledger:.3f} s")
-        print(f"  extra: {with_ledger - without:.3f} s (target <= 1.5 s); "
-              f"ratio {with_ledger / without:.2f}")
+        print(
+            f"collection with a {LEDGER_RECORDS:,}-record ledger ({size:.0f} MB): "
+            f"{with_ledger:.3f} s"
+        )
+        print(
+            f"  extra: {with_ledger - without:.3f} s (target <= 1.5 s); "
+            f"ratio {with_ledger / without:.2f}"
+        )
         print(f"  resume index peak memory: {index_peak_mb(ledger):.1f} MB (target < 50 MB)")
 
 

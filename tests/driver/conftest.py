@@ -7,7 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
-from driver_fakes import (
+
+from pytest_haico.driver import ConversationProgress, run_conversation
+from pytest_haico.experiment import Arm, Script
+from tests.driver.driver_fakes import (
     BACKEND,
     ENDPOINT,
     THREAD,
@@ -19,9 +22,6 @@ from driver_fakes import (
     make_arm,
     make_script,
 )
-
-from pytest_haico.driver import ConversationProgress, run_conversation
-from pytest_haico.experiment import Arm, Script
 
 
 @pytest.fixture

@@ -8,7 +8,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from driver_fakes import (
+
+from pytest_haico.driver import ConversationProgress, make_thread_id
+from pytest_haico.verdicts import Verdict
+from tests.driver.driver_fakes import (
     TOKEN,
     Converse,
     FakeBackend,
@@ -17,9 +20,6 @@ from driver_fakes import (
     make_script,
     step,
 )
-
-from pytest_haico.driver import ConversationProgress, make_thread_id
-from pytest_haico.verdicts import Verdict
 
 
 @pytest.mark.asyncio

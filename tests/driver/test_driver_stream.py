@@ -7,7 +7,10 @@ import json
 
 import httpx
 import pytest
-from driver_fakes import (
+from httpx_sse import aconnect_sse
+
+from pytest_haico.verdicts import Verdict
+from tests.driver.driver_fakes import (
     Converse,
     FakeBackend,
     Reply,
@@ -18,9 +21,6 @@ from driver_fakes import (
     step,
     tool_call,
 )
-from httpx_sse import aconnect_sse
-
-from pytest_haico.verdicts import Verdict
 
 pytestmark = pytest.mark.asyncio
 

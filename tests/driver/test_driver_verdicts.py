@@ -5,7 +5,10 @@ from __future__ import annotations
 import httpx
 import psycopg
 import pytest
-from driver_fakes import (
+
+from pytest_haico.snapshots import Snapshot
+from pytest_haico.verdicts import Verdict
+from tests.driver.driver_fakes import (
     CANNED,
     SERVED,
     TOKEN,
@@ -21,9 +24,6 @@ from driver_fakes import (
     step,
     tool_call,
 )
-
-from pytest_haico.snapshots import Snapshot
-from pytest_haico.verdicts import Verdict
 
 pytestmark = pytest.mark.asyncio
 

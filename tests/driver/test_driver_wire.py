@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from driver_fakes import make_arm, make_script
 
 from pytest_haico import wire
+from tests.driver.driver_fakes import make_arm, make_script
 
 
 def test_query_body_names_the_arm_and_the_branch() -> None:

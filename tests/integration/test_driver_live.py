@@ -230,7 +230,9 @@ async def test_a_backend_killed_mid_stream_is_a_broken_stream_before_the_turn_ti
         result = await asyncio.wait_for(conversation, TURN_TIMEOUT_S + 5)
         waited = time.monotonic() - killed_at
     finally:
-        conversation.cancel()
+        if not conversation.done():  # a failed wait must not leave the turn running
+            conversation.cancel()
+            await asyncio.gather(conversation, return_exceptions=True)
 
     assert result.verdict is Verdict.INFRA_ERROR
     assert result.error is not None

@@ -10,11 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from stack_helpers import STACK_OWNER, tiny, wait_until
-
 from pytest_haico.stack import Orchestrator, ServiceRecord, reap_orphans
 from pytest_haico.stack.janitor import RegistryFile
 from pytest_haico.stack.service import is_alive, read_proc_stat
+from tests.stack.stack_helpers import STACK_OWNER, tiny, wait_until
 
 
 def _ppid(pid: int) -> int:

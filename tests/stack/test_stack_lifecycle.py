@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from stack_helpers import tiny
 
 from pytest_haico.errors import StackError
 from pytest_haico.stack import Orchestrator, PortPool, ServiceProcess, redact
 from pytest_haico.stack.service import is_alive, iter_session
+from tests.stack.stack_helpers import tiny
 
 
 def _nothing_left(state_dir: Path, pids: list[int]) -> None:

@@ -6,12 +6,12 @@ import socket
 from pathlib import Path
 
 import pytest
-from stack_helpers import tiny
 
 from pytest_haico.errors import StackError
 from pytest_haico.stack import HttpService, Orchestrator
 from pytest_haico.stack.janitor import RegistryFile
 from pytest_haico.stack.service import is_alive
+from tests.stack.stack_helpers import tiny
 
 
 class _Recorded(HttpService):

@@ -10,10 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from stack_helpers import TINY_SERVICE, wait_until
-
 from pytest_haico.stack import is_port_free, reap_orphans
 from pytest_haico.stack.service import is_alive, iter_session
+from tests.stack.stack_helpers import TINY_SERVICE, wait_until
 
 CONFTEST = """
 import json

@@ -10,11 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from stack_helpers import STACK_OWNER, wait_until
-
 from pytest_haico.stack import PortPool, derive_base_port, is_port_free, reap_stale_claims
 from pytest_haico.stack.ports import PORT_HIGH, PORT_LOW, PortClaim
 from pytest_haico.stack.service import is_alive
+from tests.stack.stack_helpers import STACK_OWNER, wait_until
 
 
 def test_base_port_is_stable_per_job_and_below_the_ephemeral_range() -> None:

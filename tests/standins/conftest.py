@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from standin_procs import BackendServers, Launcher, LlmServers
+
+from tests.standins.standin_procs import BackendServers, Launcher, LlmServers
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
-from standin_http import ADMIN_TOKEN, API_KEY, MODEL
+
+from tests.standins.standin_http import ADMIN_TOKEN, API_KEY, MODEL
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0

@@ -10,8 +10,24 @@ import uuid
 import httpx
 import pytest
 from psycopg.conninfo import conninfo_to_dict
-from standin_http import ADMIN_TOKEN, API_KEY, MODEL, auth, get, post, post_query, run_turn
-from standin_procs import BackendServer, BackendServers, LlmServers, base_env, free_port
+
+from tests.standins.standin_http import (
+    ADMIN_TOKEN,
+    API_KEY,
+    MODEL,
+    auth,
+    get,
+    post,
+    post_query,
+    run_turn,
+)
+from tests.standins.standin_procs import (
+    BackendServer,
+    BackendServers,
+    LlmServers,
+    base_env,
+    free_port,
+)
 
 STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT]
 

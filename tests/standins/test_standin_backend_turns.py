@@ -6,10 +6,10 @@ import uuid
 from typing import Any
 
 import pytest
-from standin_http import MODEL, post_query, run_turn
-from standin_procs import BackendServer, BackendServers, LlmServers, free_port
 
 from pytest_haico.standins.agent import CANNED_REPLY
+from tests.standins.standin_http import MODEL, post_query, run_turn
+from tests.standins.standin_procs import BackendServer, BackendServers, LlmServers, free_port
 
 # One backend for both flags (each test looks at what only its flag changes): one start-up less.
 VARIANT = ("--no-recursion-flag", "--substitute-model", "other-model")

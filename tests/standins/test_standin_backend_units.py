@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from standin_procs import LlmServers
 
 from pytest_haico.standins.model_client import LoopbackTransport, endpoint_refusal
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
+from tests.standins.standin_procs import LlmServers
 
 
 @pytest.mark.parametrize(

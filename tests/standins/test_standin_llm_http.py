@@ -11,7 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from standin_http import (
+
+from pytest_haico.standins.llm import TOOLS_WITHOUT_FLAG
+from tests.standins.standin_http import (
     API_KEY,
     MODEL,
     PLACE_ORDER_TOOL,
@@ -24,9 +26,7 @@ from standin_http import (
     post,
     user,
 )
-from standin_procs import Launcher, LlmServers, base_env, llm_process, wait_for_log
-
-from pytest_haico.standins.llm import TOOLS_WITHOUT_FLAG
+from tests.standins.standin_procs import Launcher, LlmServers, base_env, llm_process, wait_for_log
 
 
 def test_health_answers_without_a_key(llm_server: LlmServers) -> None:

@@ -9,7 +9,10 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
-from standin_http import (
+
+from pytest_haico.standins.agent import WriteDocumentArgs
+from pytest_haico.standins.personas import SLOW_EXTRA_MS, Persona
+from tests.standins.standin_http import (
     TOOLS,
     PlaceOrder,
     chat,
@@ -19,10 +22,7 @@ from standin_http import (
     tool_arguments,
     user,
 )
-from standin_procs import LlmServers
-
-from pytest_haico.standins.agent import WriteDocumentArgs
-from pytest_haico.standins.personas import SLOW_EXTRA_MS, Persona
+from tests.standins.standin_procs import LlmServers
 
 PERSONAS = [p.value for p in Persona]
 ARTIFACT_TURN = user("Please write a report about Crete.")

@@ -10,10 +10,10 @@ import openai
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
-from standin_http import API_KEY, MODEL, TOOLS, chat, message_of, sse_data, user
-from standin_procs import LlmServers
 
 from pytest_haico.standins.agent import WriteDocumentArgs, write_document
+from tests.standins.standin_http import API_KEY, MODEL, TOOLS, chat, message_of, sse_data, user
+from tests.standins.standin_procs import LlmServers
 
 ARTIFACT_TURN = user("Please write a document about Crete in May.")
 

@@ -1,0 +1,132 @@
+"""Draining: in-flight conversations get their time, stragglers are cancelled; close()."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import pytest
+
+from pytest_haico.runner import NotAdmitted, Runner
+from tests.runner.conftest import TIMEOUT, Gates, MakeRunner, echo
+
+
+def test_drain_waits_for_in_flight_conversations_and_their_records(
+    make_runner: MakeRunner, gates: Gates
+) -> None:
+    async def converse() -> str:
+        await gates.pass_("a")
+        await asyncio.sleep(0.02)
+        return "answer"
+
+    runner = make_runner(concurrency=1)
+    gates.runner = runner
+    runner.submit("a", converse)
+    runner.submit("queued", converse)
+    gates.wait_started("a")
+    gates.open("a")
+    started = time.monotonic()
+    runner.drain(TIMEOUT, reason="USR1: the walltime is near")
+    assert time.monotonic() - started < TIMEOUT / 2
+    # Both are settled the moment drain returns: no waiting.
+    assert runner.wait("a", timeout=0) == "answer"
+    with pytest.raises(NotAdmitted, match="USR1"):
+        runner.wait("queued", timeout=0)
+    assert runner.in_flight == 0
+
+
+def test_drain_cancels_stragglers_after_the_timeout(make_runner: MakeRunner, gates: Gates) -> None:
+    async def hangs() -> str:
+        await gates.pass_("hangs")
+        return "never"
+
+    async def interrupted() -> str:
+        try:
+            await gates.pass_("interrupted")
+        except asyncio.CancelledError:
+            # What the driver's caller does: ConversationProgress.interrupted_result().
+            return "interrupted during turn 1"
+        return "never"
+
+    runner = make_runner(concurrency=2)
+    runner.submit("hangs", hangs)
+    runner.submit("interrupted", interrupted)
+    gates.wait_started("hangs", "interrupted")
+    started = time.monotonic()
+    runner.drain(0.05)
+    elapsed = time.monotonic() - started
+    assert 0.05 <= elapsed < TIMEOUT / 2
+    assert isinstance(runner.wait("hangs", timeout=0), asyncio.CancelledError)
+    assert runner.wait("interrupted", timeout=0) == "interrupted during turn 1"
+
+
+def test_drain_gives_up_on_a_conversation_that_ignores_cancellation(
+    make_runner: MakeRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    started = threading.Event()
+
+    async def stubborn() -> None:
+        started.set()
+        while True:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+
+    runner = make_runner(cancel_grace_s=0.05)
+    runner.submit("stubborn", stubborn)
+    assert started.wait(TIMEOUT)
+    begun = time.monotonic()
+    runner.drain(0)
+    assert time.monotonic() - begun < TIMEOUT / 2
+    assert "did not end on drain" in caplog.text
+    with pytest.raises(TimeoutError):
+        runner.wait("stubborn", timeout=0)
+
+
+def test_close_cancels_what_is_in_flight_and_joins_the_loop_thread(gates: Gates) -> None:
+    runner: Runner[str, None, object] = Runner(concurrency=2, finish=echo, name="test-close")
+    runner.start()
+    runner.submit("hangs", lambda: gates.pass_("hangs"))
+    gates.wait_started("hangs")
+    runner.close()
+    assert isinstance(runner.wait("hangs", timeout=0), asyncio.CancelledError)
+    assert not [thread for thread in threading.enumerate() if thread.name == "test-close"]
+    runner.close()  # idempotent
+    runner.submit("late", lambda: gates.pass_("late"))
+    with pytest.raises(NotAdmitted, match="the runner is closed"):
+        runner.wait("late", timeout=0)
+    with pytest.raises(RuntimeError, match="already started or closed"):
+        runner.start()
+
+
+def test_close_without_start_rejects_what_was_queued() -> None:
+    async def converse() -> None:
+        return None
+
+    runner: Runner[str, None, object] = Runner(concurrency=1, finish=echo)
+    runner.submit("k", converse)
+    runner.close()
+    with pytest.raises(NotAdmitted, match="the runner is closed"):
+        runner.wait("k", timeout=0)
+
+
+def test_drain_and_close_refuse_to_run_inside_finish(make_runner: MakeRunner) -> None:
+    runner: Runner[str, None, str]
+
+    def finish(key: str, outcome: object, n: int) -> str:
+        for blocking in (runner.drain, lambda _: runner.close()):
+            try:
+                blocking(0)
+            except RuntimeError as exc:
+                assert "call stop_admitting() there" in str(exc)
+            else:
+                raise AssertionError("a blocking call inside finish() was allowed")
+        return "recorded"
+
+    async def converse() -> None:
+        return None
+
+    runner = make_runner(finish=finish)
+    runner.submit("k", converse)
+    assert runner.wait("k", TIMEOUT) == "recorded"
