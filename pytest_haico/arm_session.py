@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from pytest_haico.redact import Redactor
 from pytest_haico.rundir import ArmPaths, RunClaim
 from pytest_haico.runner import Runner
 from pytest_haico.snapshots import PostgresSnapshotReader
+from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import Stack, build_local_stack
 from pytest_haico.verdicts import Verdict
 
@@ -44,6 +46,7 @@ class HaicoStack:
     model_endpoint: str
     log_paths: Mapping[str, Path]
     ports: Mapping[str, int]
+    timings: Mapping[str, ServiceTiming]
     readonly_dsn: str = field(repr=False)
     admin_token: str = field(repr=False)
 
@@ -99,9 +102,19 @@ class ArmSession:
         self._client: httpx.AsyncClient | None = None
         self._snapshots: PostgresSnapshotReader | None = None
         self._stopped = False
+        self._started_at: float | None = None
+        self._stopped_at: float | None = None
+
+    @property
+    def elapsed_s(self) -> float | None:
+        """Seconds from the start of the stack to its stop (or to now)."""
+        if self._started_at is None:
+            return None
+        return (self._stopped_at or time.monotonic()) - self._started_at
 
     def start(self) -> HaicoStack:
         """Start the stack, then the runner; leak-proof (a failure stops what started)."""
+        self._started_at = time.monotonic()
         arm = self.arm
         stack = build_local_stack(
             self.claim.path / "logs",
@@ -137,6 +150,7 @@ class ArmSession:
             model_endpoint=stack.model_endpoint,
             log_paths=dict(stack.log_paths),
             ports=dict(stack.ports),
+            timings=dict(stack.timings),
             readonly_dsn=stack.readonly_dsn,
             admin_token=stack.admin_token,
         )
@@ -170,6 +184,7 @@ class ArmSession:
                 runner.close()
         if self.stack is not None:
             self.stack.stop()
+        self._stopped_at = time.monotonic()
 
     def log_tail(self, service: str) -> str:
         """The last lines of a service's log, redacted."""

@@ -253,9 +253,15 @@ class CampaignPlugin:
             terminalreporter.write_line(f"stopped (exit 75): {self.sessions.trip_reason}", red=True)
         ledgers = self.recorder.ledger_paths()
         for arm in sorted(verdicts):
+            items = sum(verdicts[arm].values())
             counts = ", ".join(f"{n} {v.value}" for v, n in _by_precedence(verdicts[arm]))
-            terminalreporter.write_line(f"{arm}: {counts}")
-            terminalreporter.write_line(f"  ledger: {ledgers[arm]}")
+            elapsed = self.sessions.elapsed_s(arm)
+            took = f" in {elapsed:.1f} s (stack included)" if elapsed is not None else ""
+            terminalreporter.write_line(f"{arm}: {items} item(s){took}: {counts}")
+            terminalreporter.write_line(f"  ledger:      {ledgers[arm]}")
+            transcripts = self.recorder.paths(arm).transcripts_dir
+            if transcripts.is_dir():
+                terminalreporter.write_line(f"  transcripts: {transcripts}")
         owed = self.recorder.owed_retry
         if owed:
             terminalreporter.write_line(f"{owed} item(s) must run again: rerun the same command")

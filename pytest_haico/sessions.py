@@ -64,6 +64,11 @@ class ArmSessions:
             if last == item.nodeid and arm in self._sessions:
                 self._sessions[arm].stop()
 
+    def elapsed_s(self, arm: str) -> float | None:
+        """How long the arm's stack was up, stack start and stop included."""
+        session = self._sessions.get(arm)
+        return session.elapsed_s if session is not None else None
+
     def stop_all(self) -> None:
         for arm, session in self._sessions.items():
             try:

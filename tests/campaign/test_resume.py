@@ -153,3 +153,33 @@ def test_exit_mode_from_ini(campaign: CampaignDir) -> None:
     campaign.arm("demo")
     campaign.scripts("c.yaml", "id: c\nturns:\n  - user: infra down\n")
     assert campaign.run().ret == 75
+
+
+def test_a_damaged_ledger_is_read_with_a_warning_and_never_rewritten(
+    campaign: CampaignDir,
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a", "b")
+    campaign.run()
+    (ledger,) = campaign.ledger_files("demo")
+    intact = ledger.read_bytes()
+    torn = intact + b'{"schema": 1, "item_id": "'
+    ledger.write_bytes(torn)
+    (ledger.parent / "garbage.jsonl").write_bytes(b"\x00\x01 not json\n")
+    result = campaign.run()
+    result.stdout.fnmatch_lines(
+        [
+            f"haico: ledger warning: {ledger.parent / 'garbage.jsonl'}:1: skipped not valid JSON",
+            f"haico: ledger warning: {ledger}:3: skipped a torn last line (a kill mid-write?)",
+            "haico: 2 done in ledger, 0 to run (0 retries)",
+        ]
+    )
+    assert ledger.read_bytes() == torn
+
+
+def test_the_plugin_can_be_disabled(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a")
+    result = campaign.run("-p", "no:haico")
+    result.stdout.fnmatch_lines(["*fixture 'haico_item' not found*"])
+    assert not (campaign.root / "results").exists()
