@@ -30,10 +30,10 @@ from pytest_haico.runner import Runner
 from pytest_haico.snapshots import PostgresSnapshotReader
 from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import Stack, build_local_stack
+from pytest_haico.stack.service import read_log_tail
 from pytest_haico.verdicts import Verdict
 
 _log = logging.getLogger(__name__)
-_LOG_TAIL_LINES = 15
 
 
 @dataclass(frozen=True)
@@ -191,11 +191,7 @@ class ArmSession:
         stack = self.stack
         if stack is None or service not in stack.log_paths:
             return ""
-        try:
-            lines = stack.log_paths[service].read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return self.redactor.redact("\n".join(lines[-_LOG_TAIL_LINES:]))
+        return read_log_tail(stack.log_paths[service], secrets=stack.secrets)
 
     # -- on the runner's loop -----------------------------------------------------------
 
