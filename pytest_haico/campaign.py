@@ -117,14 +117,15 @@ class CampaignPlugin:
                 (specs[i.nodeid] for i in candidates if i.nodeid in specs),
                 settings.limit_per_stratum,
             )
-            limited = [
-                i
-                for i in candidates
-                if i.nodeid in specs and specs[i.nodeid].item_id not in in_limit
-            ]
-            selection.over_limit = len(limited)
-            deselected.extend(limited)
-            candidates = [i for i in candidates if i not in set(limited)]
+            within: list[pytest.Item] = []
+            for item in candidates:
+                spec = specs.get(item.nodeid)
+                if spec is None or spec.item_id in in_limit:
+                    within.append(item)
+                else:
+                    selection.over_limit += 1
+                    deselected.append(item)
+            candidates = within
         index = self._resume_index(
             {specs[i.nodeid].arm.name for i in candidates if i.nodeid in specs}
         )

@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import Iterable
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-from httpx_sse import SSEError, aconnect_sse
+from httpx_sse import EventSource, SSEError
 
 from pytest_haico import wire
 from pytest_haico.experiment import Arm, Script, Turn
+from pytest_haico.judge import (
+    Finding,
+    TurnState,
+    judge_snapshot,
+    judge_stream_end,
+    judge_turn,
+    make_finding,
+)
 from pytest_haico.records import ErrorInfo, TurnRecord
 from pytest_haico.redact import Redactor
-from pytest_haico.snapshots import VLLM_PROVIDER, Snapshot, SnapshotReader, read_snapshot
+from pytest_haico.snapshots import Snapshot, SnapshotReader, read_snapshot
 from pytest_haico.transcripts import TranscriptWriter
 from pytest_haico.verdicts import Verdict, resolve_verdict
 
@@ -31,18 +38,11 @@ from pytest_haico.verdicts import Verdict, resolve_verdict
 _STOPPING = frozenset({Verdict.SUBSTITUTED, Verdict.INFRA_ERROR, Verdict.RATE_LIMITED})
 _THREAD_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://pypi.org/project/pytest-haico/")
 _ERROR_BODY_CHARS = 300
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One reason for a verdict, found in one turn."""
-
-    verdict: Verdict
-    error: ErrorInfo
-
-
-def _finding(verdict: Verdict, message: str, *, kind: str | None = None) -> Finding:
-    return Finding(verdict, ErrorInfo(kind=kind or verdict.value, message=message))
+# After the terminal event the stream is read to its end, so the connection goes
+# back to the client's pool instead of being dropped (a new connection per turn
+# costs more than the rest of the turn's client work). A backend that keeps the
+# stream open gets this long, then the connection is closed.
+_DRAIN_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,51 +55,6 @@ class ConversationResult:
     started_at: datetime
     finished_at: datetime
     duration_s: float
-
-
-@dataclass(slots=True)
-class _TurnState:
-    index: int
-    thread_id: str
-    branch_from: int | None
-    started: float
-    backend_index: int | None = None
-    first_event_s: float | None = None
-    latency_s: float | None = None
-    steps: list[wire.Step] = field(default_factory=list)
-    terminal: wire.TerminalEvent | None = None
-    snapshot: Snapshot | None = None
-
-    def observe(self, event: wire.BackendEvent) -> None:
-        if isinstance(event, wire.OtherEvent):
-            return
-        # A branch may be answered on a new thread: follow what the backend reports.
-        if event.thread_id:
-            self.thread_id = event.thread_id
-        if event.turn_index is not None:
-            self.backend_index = event.turn_index
-        if isinstance(event, wire.StepEvent):
-            self.steps.append(event.step)
-        else:
-            self.terminal = event
-
-    def record(self) -> TurnRecord:
-        usage = self.terminal.usage if isinstance(self.terminal, wire.CompleteEvent) else None
-        return TurnRecord(
-            index=self.index,
-            thread_id=self.thread_id,
-            branch_from=self.branch_from,
-            latency_s=self.latency_s,
-            first_event_s=self.first_event_s,
-            steps=len(self.steps),
-            tool_calls=sum(len(step.tool_calls) for step in self.steps),
-            tool_errors=sum(step.has_tool_error for step in self.steps),
-            tokens_in=usage.tokens_in if usage else None,
-            tokens_out=usage.tokens_out if usage else None,
-            provider=self.snapshot.provider if self.snapshot else None,
-            model_id=self.snapshot.model_id if self.snapshot else None,
-            snapshot_id=self.snapshot.snapshot_id if self.snapshot else None,
-        )
 
 
 class ConversationProgress:
@@ -115,7 +70,7 @@ class ConversationProgress:
         self._started = 0.0
         self._turns: list[TurnRecord] = []
         self._findings: list[Finding] = []
-        self._current: _TurnState | None = None
+        self._current: TurnState | None = None
 
     @property
     def turns(self) -> tuple[TurnRecord, ...]:
@@ -128,13 +83,13 @@ class ConversationProgress:
         if self._current is not None:
             turns.append(self._current.record())  # latency_s stays None: it never ended
         where = f"during turn {self._current.index}" if self._current else "between turns"
-        return self._result([*self._findings, _finding(Verdict.INTERRUPTED, where)], turns)
+        return self._result([*self._findings, make_finding(Verdict.INTERRUPTED, where)], turns)
 
     def _begin(self) -> None:
         self.started_at = datetime.now(UTC)
         self._started = time.monotonic()
 
-    def _finish_turn(self, state: _TurnState, findings: Iterable[Finding]) -> None:
+    def _finish_turn(self, state: TurnState, findings: Iterable[Finding]) -> None:
         self._turns.append(state.record())
         self._findings.extend(findings)
         self._current = None
@@ -184,6 +139,7 @@ async def run_conversation(
     ``workspace_snapshots`` row may take to appear. Cancellation propagates after
     the transcript is closed; ``progress`` then holds the partial conversation.
     """
+    turn_timeout_s = arm.run.turn_timeout_s if turn_timeout_s is None else turn_timeout_s
     conversation = _Conversation(
         client=client,
         arm=arm,
@@ -191,8 +147,9 @@ async def run_conversation(
         headers=wire.build_headers(token),
         endpoint_url=endpoint_url,
         snapshots=snapshots,
-        turn_timeout_s=arm.run.turn_timeout_s if turn_timeout_s is None else turn_timeout_s,
-        connect_timeout_s=connect_timeout_s,
+        turn_timeout_s=turn_timeout_s,
+        # The turn's deadline bounds the rest (asyncio.timeout, one per turn).
+        http_timeout=httpx.Timeout(None, connect=min(connect_timeout_s, turn_timeout_s)),
         snapshot_wait_s=snapshot_wait_s,
         redactor=(redactor or Redactor()).with_secrets(token),
         progress=ConversationProgress() if progress is None else progress,
@@ -209,16 +166,16 @@ class _Conversation:
     endpoint_url: str
     snapshots: SnapshotReader
     turn_timeout_s: float
-    connect_timeout_s: float
+    http_timeout: httpx.Timeout
     snapshot_wait_s: float
     redactor: Redactor
     progress: ConversationProgress
     transcript: TranscriptWriter | None = None
 
-    def _log(self, state: _TurnState, kind: str, **fields: Any) -> None:
+    def _log(self, state: TurnState, kind: str, **fields: Any) -> None:
         assert self.transcript is not None
-        line = {"at": datetime.now(UTC).isoformat(), "turn": state.index, "kind": kind}
-        self.transcript.append({**line, **fields})
+        # The moment is taken here; the writer formats it off the loop.
+        self.transcript.append({"turn": state.index, "kind": kind, **fields}, at=time.time())
 
     async def run(
         self, script: Script, *, thread_id: str, transcript_path: Path
@@ -235,7 +192,7 @@ class _Conversation:
             await self.transcript.aclose()
         if self.transcript.error is not None:
             message = f"writing the transcript {transcript_path} failed: {self.transcript.error}"
-            finding = _finding(Verdict.INFRA_ERROR, message, kind="transcript")
+            finding = make_finding(Verdict.INFRA_ERROR, message, kind="transcript")
             self.progress._findings.append(self._redacted(finding))
         return self.progress._result()
 
@@ -255,7 +212,7 @@ class _Conversation:
             else:
                 send_thread = threads[turn.branch_from]
                 branch_from_turn = indices[turn.branch_from]
-            state = _TurnState(
+            state = TurnState(
                 index=index,
                 thread_id=send_thread,
                 branch_from=turn.branch_from,
@@ -268,10 +225,10 @@ class _Conversation:
                 return
             current = state.thread_id
             threads.append(state.thread_id)
-            indices.append(index if state.backend_index is None else state.backend_index)
+            indices.append(state.snapshot_index)
 
     async def _run_turn(
-        self, turn: Turn, state: _TurnState, branch_from_turn: int | None
+        self, turn: Turn, state: TurnState, branch_from_turn: int | None
     ) -> list[Finding]:
         body = wire.build_query_body(
             self.arm,
@@ -282,11 +239,12 @@ class _Conversation:
         )
         self._log(state, "request", body=body)
         failure = await self._stream(state, body)
-        state.latency_s = time.monotonic() - state.started
+        if state.latency_s is None:  # set at the terminal event when there was one
+            state.latency_s = time.monotonic() - state.started
         if failure is not None:
             findings = [failure]
         else:
-            findings = _judge_turn(turn, state, recursion_limit=self.arm.agent.recursion_limit)
+            findings = judge_turn(turn, state, recursion_limit=self.arm.agent.recursion_limit)
             snapshot_finding = await self._check_snapshot(state)
             findings += [snapshot_finding] if snapshot_finding else []
         findings = [self._redacted(finding) for finding in findings]
@@ -294,62 +252,49 @@ class _Conversation:
             self._log(state, "finding", verdict=finding.verdict, error=finding.error.model_dump())
         return findings
 
-    async def _stream(self, state: _TurnState, body: dict[str, Any]) -> Finding | None:
+    async def _stream(self, state: TurnState, body: dict[str, Any]) -> Finding | None:
         """Send one turn and read its events into ``state``; a `Finding` when it failed."""
         infra = Verdict.INFRA_ERROR  # every failure of the request or the stream
         responded = False
-        timeout = httpx.Timeout(None, connect=min(self.connect_timeout_s, self.turn_timeout_s))
         try:
             async with (
-                asyncio.timeout(self.turn_timeout_s),
-                aconnect_sse(
-                    self.client,
-                    "POST",
-                    self.url,
-                    headers=dict(self.headers),
-                    json=body,
-                    timeout=timeout,
-                ) as source,
+                asyncio.timeout(self.turn_timeout_s) as deadline,
+                self.client.stream(
+                    "POST", self.url, headers=self.headers, json=body, timeout=self.http_timeout
+                ) as response,
             ):
-                response = source.response
                 responded = True
                 elapsed = time.monotonic() - state.started
                 self._log(state, "response", status=response.status_code, elapsed_s=elapsed)
                 if not response.is_success:
                     return await self._status_finding(response)
-                async with aclosing(source.aiter_sse()) as events:
+                async with aclosing(EventSource(response).aiter_sse()) as events:
                     async for sse in events:
                         # httpx-sse dispatches a data-less event after an `id:` or
                         # `event:` line; the SSE spec drops those, and so do we.
-                        if not sse.data:
+                        # What follows the terminal event is only read to the end.
+                        if not sse.data or state.terminal is not None:
                             continue
                         self._receive(state, sse.data)
                         if state.terminal is not None:
-                            break  # a backend that keeps the stream open must not hang us
+                            grace = asyncio.get_running_loop().time() + _DRAIN_GRACE_S
+                            deadline.reschedule(min(grace, deadline.when() or grace))
         except TimeoutError:
-            message = f"no end of turn within {self.turn_timeout_s:g} s"
-            return _finding(infra, message, kind="timeout")
+            if state.terminal is None:
+                message = f"no end of turn within {self.turn_timeout_s:g} s"
+                return make_finding(infra, message, kind="timeout")
         except (SSEError, wire.WireError) as exc:
             # First: httpx-sse's SSEError (a wrong content type) is an httpx.TransportError.
-            return _finding(infra, str(exc), kind="protocol")
+            return make_finding(infra, str(exc), kind="protocol")
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            return _finding(infra, f"{self.url}: {_describe(exc)}", kind="unreachable")
+            return make_finding(infra, f"{self.url}: {_describe(exc)}", kind="unreachable")
         except httpx.RequestError as exc:
-            kind = "broken_stream" if responded else "unreachable"
-            return _finding(infra, f"{self.url}: {_describe(exc)}", kind=kind)
-        terminal = state.terminal
-        if terminal is None:
-            message = (
-                f"the stream ended after {len(state.steps)} steps without a complete or "
-                "error event (cut, or the backend died mid-turn)"
-            )
-            return _finding(infra, message, kind="broken_stream")
-        if isinstance(terminal, wire.ErrorEvent) and not terminal.is_recursion_limit:
-            message = f"the backend reported an error of kind {terminal.kind!r}: {terminal.error}"
-            return _finding(infra, message, kind=f"backend_{terminal.kind}")
-        return None
+            if state.terminal is None:  # a failure after the end of the turn costs nothing
+                kind = "broken_stream" if responded else "unreachable"
+                return make_finding(infra, f"{self.url}: {_describe(exc)}", kind=kind)
+        return judge_stream_end(state)
 
-    def _receive(self, state: _TurnState, data: str) -> None:
+    def _receive(self, state: TurnState, data: str) -> None:
         elapsed = time.monotonic() - state.started
         if state.first_event_s is None:
             state.first_event_s = elapsed
@@ -360,6 +305,8 @@ class _Conversation:
             raise
         self._log(state, "event", elapsed_s=elapsed, data=payload)
         state.observe(wire.parse_event(payload))
+        if state.terminal is not None:
+            state.latency_s = elapsed
 
     async def _status_finding(self, response: httpx.Response) -> Finding:
         snippet = bytearray()
@@ -373,70 +320,26 @@ class _Conversation:
             retry_after = response.headers.get("retry-after")
             if retry_after:
                 message += f" (Retry-After: {retry_after})"
-            return _finding(Verdict.RATE_LIMITED, message)
-        return _finding(Verdict.INFRA_ERROR, message, kind="http_status")
+            return make_finding(Verdict.RATE_LIMITED, message)
+        return make_finding(Verdict.INFRA_ERROR, message, kind="http_status")
 
-    async def _check_snapshot(self, state: _TurnState) -> Finding | None:
-        index = state.index if state.backend_index is None else state.backend_index
+    async def _check_snapshot(self, state: TurnState) -> Finding | None:
+        index = state.snapshot_index
         try:
             snapshot = await read_snapshot(
                 self.snapshots, state.thread_id, index, wait_s=self.snapshot_wait_s
             )
         except (TimeoutError, psycopg.Error, OSError) as exc:
             message = f"reading workspace_snapshots for thread {state.thread_id} turn {index}"
-            return _finding(Verdict.INFRA_ERROR, f"{message}: {exc!r}", kind="snapshot")
-        self._log(
-            state, "snapshot", snapshot=None if snapshot is None else dataclasses.asdict(snapshot)
-        )
+            return make_finding(Verdict.INFRA_ERROR, f"{message}: {exc!r}", kind="snapshot")
+        self._log(state, "snapshot", snapshot=None if snapshot is None else _fields(snapshot))
         state.snapshot = snapshot
-        if snapshot is None:
-            # After a recursion-limit error the backend may have persisted nothing.
-            if isinstance(state.terminal, wire.ErrorEvent):
-                return None
-            message = (
-                f"no workspace_snapshots row for thread {state.thread_id} turn {index} after "
-                f"{self.snapshot_wait_s:g} s: which model served the turn cannot be checked"
-            )
-            return _finding(Verdict.INFRA_ERROR, message, kind="snapshot")
-        if snapshot.is_served_by(provider=VLLM_PROVIDER, model_id=self.arm.served_name):
-            return None
-        message = (
-            f"turn {state.index} was served by provider {snapshot.provider!r}, model "
-            f"{snapshot.model_id!r} (snapshot {snapshot.snapshot_id}); the arm expects "
-            f"{VLLM_PROVIDER!r}, {self.arm.served_name!r}"
-        )
-        return _finding(Verdict.SUBSTITUTED, message)
+        return judge_snapshot(state, self.arm, wait_s=self.snapshot_wait_s)
 
 
-def _judge_turn(turn: Turn, state: _TurnState, *, recursion_limit: int) -> list[Finding]:
-    """The model-behaviour verdicts of a turn that ended with a complete or error event."""
-    findings: list[Finding] = []
-    terminal, steps = state.terminal, state.steps
-    final = steps[-1] if steps else None
-    reasons = []
-    if isinstance(terminal, wire.ErrorEvent) and terminal.is_recursion_limit:
-        reasons.append(f"the backend reported an error of kind 'recursion_limit': {terminal.error}")
-    if isinstance(terminal, wire.CompleteEvent) and terminal.recursion_limit_reached:
-        reasons.append("the backend flagged recursion_limit_reached")
-    if final is not None and final.is_canned_recursion_reply:
-        reasons.append(f"the final step is the framework's canned reply {final.text.strip()!r}")
-    if len(steps) >= recursion_limit:
-        reasons.append(f"it took {len(steps)} steps, the limit is {recursion_limit}")
-    if reasons:
-        message = f"turn {state.index} hit the recursion limit ({recursion_limit}): "
-        findings.append(_finding(Verdict.RECURSION_LIMIT, message + "; ".join(reasons)))
-    elif final is None:
-        findings.append(_finding(Verdict.BLANK_TURN, f"turn {state.index} ended without any step"))
-    elif not final.text.strip() and not final.tool_calls:
-        message = (
-            f"turn {state.index} ended without an answer: the final step is empty, no tool call"
-        )
-        findings.append(_finding(Verdict.BLANK_TURN, message))
-    # Only `artifact: true` is checked; `false` states no requirement.
-    if turn.expect and turn.expect.artifact and not any(step.has_artifact for step in steps):
-        message = f"turn {state.index} expected an artifact and no step produced one"
-        findings.append(_finding(Verdict.EXPECTATION_FAILED, message))
-    return findings
+def _fields(snapshot: Snapshot) -> dict[str, Any]:
+    # Shallow, unlike dataclasses.asdict (which deep-copies): the writer only reads it.
+    return {name: getattr(snapshot, name) for name in Snapshot.__slots__}
 
 
 def _describe(exc: BaseException) -> str:

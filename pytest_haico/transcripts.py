@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import concurrent.futures
 import os
-import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO
 
 from pytest_haico.redact import Redactor
-
-_CLOSE: Final = object()
 
 
 def transcript_path(arm_dir: Path, *, item_id: str, run_id: str, attempt: int) -> Path:
@@ -22,82 +20,131 @@ def transcript_path(arm_dir: Path, *, item_id: str, run_id: str, attempt: int) -
 
 
 class TranscriptWriter:
-    """Appends JSON lines to one transcript file from a thread of its own.
+    """Appends JSON lines to one transcript file, writing them off the event loop.
 
-    ``append`` only enqueues, so the event loop never waits on the shared file
-    system; the thread redacts, serialises and writes, flushes whenever it has
-    caught up (a kill loses little), and fsyncs once at ``aclose``. A write
-    failure does not raise into the conversation: it is kept in ``error``.
+    ``append`` only queues the line. The lines queued while no write is under
+    way are written as one batch by a job in the running loop's default executor
+    (threads shared by every transcript of the loop, rather than one thread per
+    transcript); the job redacts, serialises, writes and flushes, so a kill loses
+    little, and the file is fsynced once at ``aclose``. A write failure does not
+    raise into the conversation: it is kept in ``error``.
     """
 
     def __init__(self, path: Path, *, redactor: Redactor) -> None:
         self.path = path
         self.error: BaseException | None = None
         self._redactor = redactor
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._closed = False
-        # A daemon thread, so a stuck write on a hung mount cannot keep the
-        # process alive past an emergency exit; normal ends always close it.
-        self._thread = threading.Thread(
-            target=self._run, name=f"haico-transcript-{path.name}", daemon=True
-        )
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._pending: list[tuple[float | None, dict[str, Any]]] = []  # guarded by _lock
+        self._busy = False  # a job is queued or running; guarded by _lock
+        self._closed = False  # guarded by _lock
+        self._stream: BinaryIO | None = None  # touched by the one job at a time only
+        self._opened = False
+        self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-    def append(self, line: Mapping[str, Any]) -> None:
-        """Queue one line (a JSON object); never blocks."""
-        if self._closed:
-            raise RuntimeError(f"transcript {self.path} is closed")
-        self._queue.put(dict(line))
+    def append(self, line: Mapping[str, Any], *, at: float | None = None) -> None:
+        """Queue one line (a JSON object); never blocks.
+
+        With ``at`` (a `time.time` value) the line starts with an ``"at"`` field,
+        that moment in ISO 8601 UTC, formatted off the loop. Outside an event loop
+        the lines wait for `close`.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"transcript {self.path} is closed")
+            self._pending.append((at, dict(line)))
+            if self._busy:
+                return  # the job under way writes it
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._busy = True
+        _start_job(loop, self._write_pending)
 
     async def aclose(self) -> None:
-        """Flush, fsync and close the file, waiting off the loop.
+        """Write what is queued, fsync and close the file, waiting off the loop.
 
-        The close is queued before the wait, so even if the waiting task is
-        cancelled again the thread still finishes the file.
+        The close is handed to the writing side before the wait, so even if the
+        waiting task is cancelled again the file is still finished.
         """
-        if not self._closed:
-            self._closed = True
-            self._queue.put(_CLOSE)
-        if self._thread.is_alive():
-            await asyncio.shield(asyncio.to_thread(self._thread.join))
+        if self._start_close():
+            _start_job(asyncio.get_running_loop(), self._write_pending)
+        await asyncio.shield(asyncio.wrap_future(self._finished))
 
     def close(self) -> None:
         """The blocking variant of `aclose`, for callers outside an event loop."""
-        if not self._closed:
+        if self._start_close():
+            self._write_pending()
+        self._finished.result()
+
+    def _start_close(self) -> bool:
+        """Mark the transcript closed; True when the caller must start the final job."""
+        with self._lock:
+            if self._closed:
+                return False
             self._closed = True
-            self._queue.put(_CLOSE)
-        self._thread.join()
+            if self._busy:
+                return False  # the job under way finishes the file
+            self._busy = True
+            return True
 
-    def _run(self) -> None:
-        stream: BinaryIO | None = None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            stream = self.path.open("ab")
-        except Exception as exc:
-            self.error = exc
+    def _write_pending(self) -> None:
+        """The one job at a time: write batches until none is left, then finish if closed."""
         while True:
-            item = self._queue.get()
-            if item is _CLOSE:
-                break
-            if stream is None:
-                continue  # the file could not be opened; drain so close() returns
-            try:
-                stream.write(self._encode(item))
-                if self._queue.empty():
-                    stream.flush()
-            except Exception as exc:
-                self.error = self.error or exc
-        if stream is not None:
-            try:
-                stream.flush()
-                os.fsync(stream.fileno())
-            except Exception as exc:
-                self.error = self.error or exc
-            finally:
-                stream.close()
+            with self._lock:
+                batch, self._pending = self._pending, []
+                if not batch:
+                    self._busy = False
+                    closing = self._closed
+                    break
+            self._write(batch)
+        if closing:
+            self._finish()
 
-    def _encode(self, item: object) -> bytes:
-        text = json.dumps(
-            self._redactor.redact_json(item), ensure_ascii=False, separators=(",", ":"), default=str
-        )
-        return text.encode() + b"\n"
+    def _write(self, batch: list[tuple[float | None, dict[str, Any]]]) -> None:
+        if not self._opened:
+            self._opened = True
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._stream = self.path.open("ab")
+            except Exception as exc:
+                self.error = exc
+        if self._stream is None:
+            return  # the file could not be opened; the lines are dropped
+        chunks = []
+        for at, line in batch:
+            try:
+                chunks.append(self._encode(at, line))
+            except Exception as exc:  # a line that cannot be encoded is lost alone
+                self.error = self.error or exc
+        try:
+            self._stream.write(b"".join(chunks))
+            self._stream.flush()
+        except Exception as exc:
+            self.error = self.error or exc
+
+    def _finish(self) -> None:
+        if not self._opened:
+            self._write([])  # an empty transcript still gets its file
+        stream = self._stream
+        if stream is not None:
+            for step in (lambda: os.fsync(stream.fileno()), stream.close):
+                try:
+                    step()
+                except Exception as exc:
+                    self.error = self.error or exc
+        self._finished.set_result(None)
+
+    def _encode(self, at: float | None, line: dict[str, Any]) -> bytes:
+        if at is not None:
+            line = {"at": datetime.fromtimestamp(at, UTC).isoformat(), **line}
+        return self._redactor.dumps(line).encode() + b"\n"
+
+
+def _start_job(loop: asyncio.AbstractEventLoop, job: Callable[[], None]) -> None:
+    try:
+        loop.run_in_executor(None, job)
+    except RuntimeError:
+        # The loop's executor is shut down (the loop is ending): a thread of its own.
+        threading.Thread(target=job, name="haico-transcript", daemon=True).start()

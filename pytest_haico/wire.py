@@ -152,8 +152,12 @@ def stream_url(backend_url: str) -> str:
 
 
 def build_headers(token: str) -> dict[str, str]:
-    """The request headers: the admin token as a bearer credential."""
-    return {"Authorization": f"Bearer {token}"}
+    """The request headers: the admin token as a bearer credential, an event stream wanted."""
+    return {
+        "Authorization": f"Bearer {token}",
+        "Accept": "text/event-stream",
+        "Cache-Control": "no-store",
+    }
 
 
 def build_query_body(

@@ -22,17 +22,60 @@ logger = logging.getLogger(__name__)
 class ServiceTiming:
     """Where a service's start-up time went, in seconds."""
 
-    prepare: float  # e.g. the Postgres template copy
+    prepare: float  # e.g. the Postgres template copy; overlaps the other services' start-up
     healthy: float  # spawn of the successful attempt → healthy
-    attempts: int  # 1 unless its port was taken under it
+    attempts: int  # 1 unless its port (or that of a service it waits for) was taken under it
+    launched: float = 0.0  # the stack's start → this service's launch (port claimed, prepare on)
+    ready: float = 0.0  # the stack's start → healthy
+
+
+class _Preparation:
+    """One service's `prepare`, in a worker thread: a slow one (a copy) overlaps the others."""
+
+    def __init__(self, service: Service, log_path: Path, wake: threading.Event) -> None:
+        self.service = service
+        self.began = time.monotonic()
+        self.seconds: float | None = None  # set once prepare returned or raised
+        self.error: BaseException | None = None
+        self._log_path = log_path
+        self._wake = wake
+        # A daemon: stop() joins it, and nothing else may hold the interpreter open.
+        self._thread = threading.Thread(
+            target=self._run, name=f"haico-prepare-{service.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.service.prepare(self._log_path)
+        except BaseException as exc:  # re-raised by the orchestrator's thread
+            self.error = exc
+        finally:
+            self.seconds = time.monotonic() - self.began
+            self._wake.set()
+
+    @property
+    def done(self) -> bool:
+        """Whether prepare returned or raised."""
+        return self.seconds is not None
+
+    def join(self) -> None:
+        """Wait for prepare to end (not when called from prepare itself)."""
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 class Orchestrator:
     """Starts services in dependency order, in parallel where allowed; stops them in reverse.
 
-    A service is spawned once every service it `requires` is healthy; services
-    spawned together are polled together. Before anything starts, the janitor reaps
-    orphans of dead sessions on this node.
+    Launching a service claims its port and runs its `prepare` in a worker thread, so a
+    slow preparation overlaps the other services' start-up; the service is spawned (from
+    this thread) once it is prepared. A service is launched once every service it
+    `requires` is healthy, and once every service it `waits_for` is launched: the latter
+    is spawned while those still start, but counts as healthy only after they do, and is
+    respawned if one of them has to move to another port. Services spawned together are
+    polled together. Before anything starts, the janitor reaps orphans of dead sessions
+    on this node.
     """
 
     def __init__(
@@ -53,11 +96,15 @@ class Orchestrator:
             raise StackError(f"duplicate service names in {names}")
         order: list[str] = []
         for service in services:
-            missing = [r for r in service.requires if r not in order]
-            if missing:
-                raise StackError(
-                    f"{service.name} requires {missing}, which must be listed before it"
-                )
+            for relation, needed in (
+                ("requires", service.requires),
+                ("waits for", service.waits_for),
+            ):
+                missing = [r for r in needed if r not in order]
+                if missing:
+                    raise StackError(
+                        f"{service.name} {relation} {missing}, which must be listed before it"
+                    )
             order.append(service.name)
         self.services = tuple(services)
         self.log_dir = log_dir
@@ -69,9 +116,14 @@ class Orchestrator:
         self._max_port_attempts = max_port_attempts
         self._poll = poll_interval
         self._reap = reap
-        self._prepared: dict[str, float] = {}  # name → prepare seconds
+        self._began = 0.0  # monotonic time of start()
+        self._wake = threading.Event()  # set when a preparation ends
+        self._preparations: dict[str, _Preparation] = {}
+        self._ports_of: dict[str, int] = {}  # name → claimed port, from launch on
         self._processes: dict[str, ServiceProcess] = {}
+        self._healthy: set[str] = set()
         self._timings: dict[str, ServiceTiming] = {}
+        self._cleaned: set[str] = set()
         self._lock = threading.RLock()  # a signal handler may stop() mid-start()
         self._started = False
         self._stopped = False
@@ -83,12 +135,15 @@ class Orchestrator:
 
     @property
     def timings(self) -> Mapping[str, ServiceTiming]:
-        """Per healthy service: prepare seconds, spawn → healthy seconds, attempts."""
+        """Per healthy service: prepare and spawn → healthy seconds, attempts, offsets."""
         return dict(self._timings)
 
     def port(self, name: str) -> int:
-        """The port `name` listens on."""
-        return self._processes[name].port
+        """The port `name` listens on, or will: known from its launch on, before its spawn."""
+        try:
+            return self._ports_of[name]
+        except KeyError:
+            raise StackError(f"{name} has no port yet: it was not launched") from None
 
     def log_path(self, name: str) -> Path:
         """Where `name` logs."""
@@ -100,6 +155,7 @@ class Orchestrator:
             if self._started:
                 raise StackError("this stack was already started")
             self._started = True
+        self._began = time.monotonic()
         try:
             if self._reap:
                 reap_orphans(self._state_dir)
@@ -126,73 +182,121 @@ class Orchestrator:
             )
         )
 
-    def _abort_if_stopped(self, service: Service, process: ServiceProcess | None) -> None:
-        # A signal handler may stop the stack while start() runs: nothing may outlive that.
+    def _abort_if_stopped(self) -> None:
+        # A signal handler (or a prepare) may stop the stack while start() runs: whatever
+        # was launched since, or was still preparing then, must not outlive that.
         if not self._stopped:
             return
-        if process is not None:
-            process.stop(grace=self._stop_grace)
-            self._ports.release(process.port)
-        service.cleanup()
-        raise StackError(f"the stack was stopped while starting {service.name}")
+        starting = [s.name for s in self.services if s.name in self._preparations]
+        starting = [name for name in starting if name not in self._healthy]
+        self._release_all()
+        raise StackError(f"the stack was stopped while starting {', '.join(starting)}")
 
-    def _launch(self, service: Service, attempt: int) -> ServiceProcess:
-        self._abort_if_stopped(service, None)
-        if service.name not in self._prepared:
-            began = time.monotonic()
-            try:
-                service.prepare(self.log_path(service.name))
-            finally:
-                # Recorded even on failure, so stop() cleans up what prepare left.
-                self._prepared[service.name] = time.monotonic() - began
-                self._record(service, None)
+    def _is_launchable(self, service: Service) -> bool:
+        return set(service.requires) <= self._healthy and set(service.waits_for) <= set(
+            self._ports_of
+        )
+
+    def _launch(self, service: Service) -> None:
         port = self._ports.claim(service.name)
-        process = ServiceProcess(service, port, self.log_path(service.name), attempt=attempt)
+        self._ports_of[service.name] = port
+        self._preparations[service.name] = _Preparation(
+            service, self.log_path(service.name), self._wake
+        )
+
+    def _spawn(self, service: Service, attempt: int) -> ServiceProcess:
+        process = ServiceProcess(
+            service, self._ports_of[service.name], self.log_path(service.name), attempt=attempt
+        )
         self._processes[service.name] = process
         process.spawn()
-        self._abort_if_stopped(service, process)
+        self._abort_if_stopped()
         self._record(service, process)
         return process
 
-    def _relaunch(self, failed: ServiceProcess, error: PortInUseError) -> ServiceProcess:
+    def _dependents(self, name: str) -> set[str]:
+        """Every service that waits for `name`, directly or through another."""
+        found: set[str] = set()
+        for service in self.services:  # listed after what they wait for
+            if name in service.waits_for or found & set(service.waits_for):
+                found.add(service.name)
+        return found
+
+    def _relaunch(self, failed: ServiceProcess, error: PortInUseError) -> list[ServiceProcess]:
+        """`failed` on a new port, and whatever waits for it respawned with that port."""
+        name = failed.service.name
         failed.stop(grace=self._stop_grace)
         self._ports.release(failed.port)
         if failed.attempt >= self._max_port_attempts:
             raise StackError(f"gave up after {failed.attempt} taken ports: {error}") from error
         logger.warning(
             "%s: port %d was taken before it could bind; retrying on another port",
-            failed.service.name,
+            name,
             failed.port,
         )
-        return self._launch(failed.service, failed.attempt + 1)
+        self._ports_of[name] = self._ports.claim(name)
+        respawned = [self._spawn(failed.service, failed.attempt + 1)]
+        for dependent in self.services:
+            process = self._processes.get(dependent.name)
+            if dependent.name in self._dependents(name) and process is not None:
+                logger.info("%s: respawned, since %s moved", dependent.name, name)
+                process.stop(grace=self._stop_grace)
+                respawned.append(self._spawn(dependent, process.attempt + 1))
+        return respawned
 
     def _start_all(self) -> None:
         pending = list(self.services)
         waiting: list[ServiceProcess] = []
-        healthy: set[str] = set()
-        while pending or waiting:
-            for service in [s for s in pending if set(s.requires) <= healthy]:
-                pending.remove(service)
-                waiting.append(self._launch(service, 1))
+        while pending or len(self._healthy) < len(self.services):
+            self._abort_if_stopped()
+            self._wake.clear()
+            for service in list(pending):  # in order: what a service waits for comes first
+                if self._is_launchable(service):
+                    pending.remove(service)
+                    self._launch(service)
+            self._abort_if_stopped()
+            for service in self.services:
+                preparation = self._preparations.get(service.name)
+                if preparation is None or not preparation.done:
+                    continue
+                if service.name in self._processes:
+                    continue
+                if preparation.error is not None:
+                    raise preparation.error
+                self._record(service, None)
+                waiting.append(self._spawn(service, 1))
             progressed = False
             for process in list(waiting):
+                if process not in waiting:  # replaced by a respawn in this pass
+                    continue
+                # One that waits for others may answer only once they do.
+                probe = set(process.service.waits_for) <= self._healthy
                 try:
-                    ready = process.check()
+                    ready = process.check(probe=probe)
                 except PortInUseError as exc:
-                    waiting[waiting.index(process)] = self._relaunch(process, exc)
+                    replaced = {process.service.name}
+                    replaced |= self._dependents(process.service.name)
+                    fresh = self._relaunch(process, exc)
+                    waiting = [p for p in waiting if p.service.name not in replaced] + fresh
                     continue
                 if ready:
                     waiting.remove(process)
-                    name = process.service.name
-                    healthy.add(name)
-                    self._timings[name] = ServiceTiming(
-                        prepare=self._prepared[name],
-                        healthy=process.healthy_seconds or 0.0,
-                        attempts=process.attempt,
-                    )
+                    self._healthy_now(process)
                     progressed = True
-            if waiting and not progressed:
-                time.sleep(self._poll)
+            if not progressed and (waiting or self._preparations):
+                self._wake.wait(self._poll)
+
+    def _healthy_now(self, process: ServiceProcess) -> None:
+        name = process.service.name
+        self._healthy.add(name)
+        preparation = self._preparations[name]
+        self._timings[name] = ServiceTiming(
+            prepare=preparation.seconds or 0.0,
+            healthy=process.healthy_seconds or 0.0,
+            attempts=process.attempt,
+            launched=preparation.began - self._began,
+            ready=(process.healthy_at or 0.0) - self._began,
+        )
 
     def stop(self) -> None:
         """Stop every service in reverse order, exactly once; raises StackError if one would not."""
@@ -203,26 +307,36 @@ class Orchestrator:
             if self._stopped:
                 return
             self._stopped = True
-        failures: list[str] = []
-        for service in reversed(self.services):
-            if service.name not in self._prepared:
-                continue
-            process = self._processes.get(service.name)
-            try:
-                if process is not None:
-                    process.stop(grace=self._stop_grace)
-                    self._ports.release(process.port)
-                service.cleanup()
-                if self._registry is not None:
-                    self._registry.forget(service.name)
-            except Exception as exc:  # keep stopping the rest; never mask the original error
-                logger.error("%s: stop failed: %s", service.name, exc)
-                failures.append(f"{service.name}: {exc}")
-        self._ports.release_all()
+        failures = self._release_all()
         if self._registry is not None and not failures:
             self._registry.close()  # kept on failure, so the janitor retries later
         if failures and not quiet:
             raise StackError("could not stop the stack cleanly: " + "; ".join(failures))
+
+    def _release_all(self) -> list[str]:
+        """Stop every process in reverse order and clean up every prepared service, once each."""
+        failures: list[str] = []
+        with self._lock:
+            for running in list(self._preparations.values()):
+                running.join()  # cleanup must not race a copy still writing
+            for service in reversed(self.services):
+                preparation = self._preparations.get(service.name)
+                if preparation is None or not preparation.done:
+                    continue  # never launched, or stop() was called from its own prepare
+                process = self._processes.get(service.name)
+                try:
+                    if process is not None:
+                        process.stop(grace=self._stop_grace)  # idempotent
+                    if service.name not in self._cleaned:
+                        self._cleaned.add(service.name)
+                        service.cleanup()
+                        if self._registry is not None:
+                            self._registry.forget(service.name)
+                except Exception as exc:  # keep stopping the rest; never mask the original error
+                    logger.error("%s: stop failed: %s", service.name, exc)
+                    failures.append(f"{service.name}: {exc}")
+            self._ports.release_all()
+        return failures
 
     def __enter__(self) -> Orchestrator:
         self.start()

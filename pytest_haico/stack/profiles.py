@@ -28,6 +28,7 @@ class HttpService:
     health_path: str = "/health"
     health_headers: Mapping[str, str] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
+    waits_for: tuple[str, ...] = ()
     start_timeout: float = 60.0
     stop_signal: signal.Signals = signal.SIGTERM
     death_signal: signal.Signals | None = signal.SIGKILL
@@ -211,22 +212,33 @@ def build_local_stack(
         start_timeout=start_timeout,
         secrets=(api_key,),
     )
+
+    def backend_env() -> dict[str, str]:
+        # Called at each spawn of the backend, which may come before Postgres' own: the
+        # orchestrator knows the port it claimed for Postgres, and respawns the backend
+        # if Postgres has to move to another one.
+        port = orchestrator.port(postgres.name)
+        return {
+            "ADMIN_DEFAULT_API_TOKEN": admin_token,
+            "VLLM_API_KEY": api_key,
+            "HAICO_DATABASE_URL": postgres.dsn_for(port, require_scram=True),
+        }
+
     backend = HttpService(
         name="backend",
         argv=backend_argv,
-        # Called at spawn, after Postgres is healthy, so the DSN has its final port.
-        env=lambda: {
-            "ADMIN_DEFAULT_API_TOKEN": admin_token,
-            "VLLM_API_KEY": api_key,
-            "HAICO_DATABASE_URL": postgres.dsn,
-        },
+        env=backend_env,
         health_path="/api/health",
         health_headers={"Authorization": f"Bearer {admin_token}"},
-        requires=(postgres.name,),
+        # The stand-in waits for its database and answers /api/health only once it can
+        # use it, so its LangGraph import (over a second) overlaps Postgres' start. A real
+        # backend (the cluster profile) `requires` Postgres instead.
+        waits_for=(postgres.name,),
         start_timeout=start_timeout,
         secrets=(api_key, admin_token, *postgres.secrets),
     )
     # The LLM first: on a cluster its load is the long pole, and it overlaps Postgres' set-up.
+    # Postgres' template copy runs in a worker thread while the others start.
     orchestrator = Orchestrator(
         [llm, postgres, backend],
         log_dir,

@@ -48,7 +48,12 @@ class Service(Protocol):
     """One service of the stack, as the orchestrator drives it.
 
     * `requires`: names that must be healthy before this one is spawned;
-      `start_timeout`: seconds from spawn to healthy;
+    * `waits_for`: names this one needs but waits for by itself (it retries until they
+      answer, and its probe fails until then): it is spawned as soon as their ports are
+      claimed, so its start overlaps theirs; it counts as healthy only once they are, and
+      is respawned if one of them moves to another port. The weaker `requires`, for a
+      service that does its own waiting;
+    * `start_timeout`: seconds from spawn to healthy;
     * `stop_signal` at stop, `death_signal` when the owner dies (None: no such signal);
     * `secrets` are redacted from our log lines and messages; the janitor removes
       `cleanup_paths` if the owner dies;
@@ -62,6 +67,8 @@ class Service(Protocol):
     def name(self) -> str: ...
     @property
     def requires(self) -> tuple[str, ...]: ...
+    @property
+    def waits_for(self) -> tuple[str, ...]: ...
     @property
     def start_timeout(self) -> float: ...
     @property
@@ -323,8 +330,12 @@ class ServiceProcess:
             f"attempt {self.attempt}); last lines of {self.log_path}:\n{self.log_tail()}"
         )
 
-    def check(self) -> bool:
-        """One health step: True once healthy; raises StackError if it died or ran out of time."""
+    def check(self, *, probe: bool = True) -> bool:
+        """One health step: True once healthy; raises StackError if it died or ran out of time.
+
+        `probe=False` only checks that it runs and has time left: a service whose
+        dependencies are not healthy yet must not count as healthy itself.
+        """
         if self.healthy_at is not None:
             return True
         if self._proc is None or self.spawned_at is None:
@@ -336,8 +347,10 @@ class ServiceProcess:
                 raise PortInUseError(message)
             raise StackError(message)
         # Ownership first: a probe may carry a token, and must never reach a co-tenant.
-        ours = session_listens(self._proc.pid, self.port) is not False and self.service.probe(
-            self.port
+        ours = (
+            probe
+            and session_listens(self._proc.pid, self.port) is not False
+            and self.service.probe(self.port)
         )
         if ours:
             try:

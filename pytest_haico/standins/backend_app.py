@@ -32,7 +32,12 @@ from pytest_haico.standins.model_client import (
     provider_for,
 )
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
-from pytest_haico.standins.snapshots import Pool, SnapshotStore, setup_database
+from pytest_haico.standins.snapshots import (
+    Pool,
+    SnapshotStore,
+    setup_database,
+    wait_for_database,
+)
 from pytest_haico.standins.turns import (
     TurnRecording,
     TurnRefusedError,
@@ -45,8 +50,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pytest_haico.standins.backend")
 
-# Seconds the start-up waits for the database before giving up.
-DATABASE_TIMEOUT_S = 15.0
+# Seconds the start-up waits for the database before giving up: the stack may start the
+# backend while its Postgres is still being copied and started (30 s at most).
+DATABASE_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -88,6 +94,7 @@ class _BackendApp:
             max_size=10,
             open=False,
         )
+        await wait_for_database(self.settings.database_url, timeout=DATABASE_TIMEOUT_S)
         await pool.open(wait=True, timeout=DATABASE_TIMEOUT_S)
         http_client = build_http_client()
         try:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
+import psycopg
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
@@ -17,6 +19,8 @@ Pool = AsyncConnectionPool[AsyncConnection[DictRow]]
 _SETUP_LOCK_KEY = 0x6861_6963_6F32  # "haico2"
 # A branch of a branch of ...: far deeper than any script, shallow enough to stop a cycle.
 _MAX_LINEAGE = 64
+# Between connection attempts while the database is not up yet.
+_WAIT_INTERVAL_S = 0.05
 
 SNAPSHOTS_DDL = """
 CREATE TABLE IF NOT EXISTS workspace_snapshots (
@@ -66,6 +70,26 @@ class TurnCheckpoint:
 
     thread_id: str
     checkpoint_id: str
+
+
+async def wait_for_database(conninfo: str, *, timeout: float) -> None:
+    """Return once *conninfo* accepts a connection; raise the last error after *timeout* s.
+
+    The stack may start the backend before its Postgres listens, or before it has the
+    run's password; the pool's own retries would wait a second after the first failure.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            connection = await AsyncConnection.connect(conninfo, connect_timeout=5)
+        except psycopg.OperationalError:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(_WAIT_INTERVAL_S)
+        else:
+            await connection.close()
+            return
 
 
 async def setup_database(pool: Pool, saver: AsyncPostgresSaver) -> None:

@@ -27,7 +27,11 @@ def test_query_body_names_the_arm_and_the_branch() -> None:
 
 def test_stream_url_and_headers() -> None:
     assert wire.stream_url("http://h:1/") == "http://h:1/api/query/stream_steps/sse"
-    assert wire.build_headers("t") == {"Authorization": "Bearer t"}
+    assert wire.build_headers("t") == {
+        "Authorization": "Bearer t",
+        "Accept": "text/event-stream",
+        "Cache-Control": "no-store",
+    }
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,8 @@ def test_llm_and_backend_command_lines(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert stack.llm.command(20001).env["VLLM_API_KEY"] == stack.api_key
     assert stack.model_endpoint == "http://vllm.localhost:20001/v1"
-    assert stack.backend.requires == ("postgres",)
+    # The stand-in waits for its database itself, so it starts alongside Postgres.
+    assert (stack.backend.requires, stack.backend.waits_for) == ((), ("postgres",))
     assert stack.backend.health_headers == {"Authorization": f"Bearer {stack.admin_token}"}
 
 
@@ -69,7 +70,9 @@ def test_local_stack_starts_answers_and_stops(tmp_path: Path) -> None:
         )
         assert health.json() == {"status": "ok"}
         environ = Path(f"/proc/{pids['backend']}/environ").read_bytes().split(b"\0")
-        assert f"HAICO_DATABASE_URL={stack.dsn}".encode() in environ
+        # The same DSN, refusing any authentication but scram (it may connect early).
+        database_url = f"HAICO_DATABASE_URL={stack.dsn}?require_auth=scram-sha-256"
+        assert database_url.encode() in environ
         with psycopg.connect(stack.readonly_dsn) as conn:
             assert conn.execute("SELECT current_user").fetchone() == ("haico_readonly",)
         for name, pid in pids.items():
