@@ -109,3 +109,12 @@ def test_ctrl_c_records_in_flight_conversations_as_interrupted(
     assert {r["verdict"] for r in records} == {"interrupted"}
     rerun = project.run("--collect-only", "-q")
     assert "haico: 0 done in ledger, 6 to run (3 retries)" in rerun.stdout
+
+
+def test_haico_concurrency_overrides_the_arm(project: Project) -> None:
+    project.write("arms/demo.toml", "[run]\nconcurrency = 8\n[standin]\nlatency_ms = 100\n")
+    project.write("scripts/a.jsonl", quick_scripts(6))
+    project.write("test_conversations.py", CONVERSATION_TEST)
+    result = project.run("--haico-concurrency", "2")
+    assert result.returncode == 0, result.stdout
+    assert {r["in_flight_at_start"] for r in project.records("demo")} == {0, 1}
