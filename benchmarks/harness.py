@@ -243,6 +243,9 @@ def main() -> None:
         asyncio.run(_serve())
         return
     figures: dict[str, list[float]] = {name: [] for name in SIDES}
+    # This process's CPU (every thread; the stub is another process): at 16 in
+    # flight, each side's per-turn CPU is what its time exceeds the ideal by.
+    cpu: dict[str, list[float]] = {name: [] for name in SIDES}
     stub, url = start_stub()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -253,7 +256,9 @@ def main() -> None:
                 # Rotate the order, so a drift in the machine's load hits every side.
                 for name in names[repeat % 3 :] + names[: repeat % 3]:
                     workdir = Path(tmp) / f"r{repeat}-{names.index(name)}"
+                    started = time.process_time()
                     figures[name].append(SIDES[name](url, workdir, CONVERSATIONS))
+                    cpu[name].append(time.process_time() - started)
     finally:
         stub.terminate()
         stub.wait(10)
@@ -267,7 +272,11 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in figures.items()}
     for name, values in figures.items():
         m = medians[name]
-        print(f"  {name:27} {m:.3f} s ({m / ideal:.2f} x ideal)  {_all(values)}")
+        turn_ms = statistics.median(cpu[name]) / (CONVERSATIONS * TURNS) * 1000
+        print(
+            f"  {name:27} {m:.3f} s ({m / ideal:.2f} x ideal)  {_all(values)}"
+            f"  cpu {turn_ms:.2f} ms/turn"
+        )
     harness, raw, bare = medians.values()
     print(f"  ratio harness/raw {harness / raw:.3f} (target <= 1.05)")
     print(f"  ratio Runner-bare/raw {bare / raw:.3f} (the runner alone, without the driver)")

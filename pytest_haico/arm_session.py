@@ -197,8 +197,15 @@ class ArmSession:
 
     async def _open(self) -> None:
         stack = self._require_stack()
-        # A cluster's proxy settings must never apply to loopback.
-        self._client = httpx.AsyncClient(trust_env=False, timeout=None)
+        # A cluster's proxy settings must never apply to loopback. One kept-alive
+        # connection per conversation in flight; expiring before uvicorn's 5 s idle
+        # timeout, so a turn is never sent on a connection the server is closing.
+        limits = httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=self.concurrency,
+            keepalive_expiry=3.0,
+        )
+        self._client = httpx.AsyncClient(trust_env=False, timeout=None, limits=limits)
         self._snapshots = await PostgresSnapshotReader.connect(stack.readonly_dsn)
 
     async def _close(self) -> None:

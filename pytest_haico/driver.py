@@ -6,7 +6,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterable
-from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Any
 
 import httpx
 import psycopg
-from httpx_sse import EventSource, SSEError
 
 from pytest_haico import wire
 from pytest_haico.experiment import Arm, Script, Turn
@@ -29,6 +27,7 @@ from pytest_haico.judge import (
 from pytest_haico.records import ErrorInfo, TurnRecord
 from pytest_haico.redact import Redactor
 from pytest_haico.snapshots import Snapshot, SnapshotReader, read_snapshot
+from pytest_haico.sse import SSEDecoder
 from pytest_haico.transcripts import TranscriptWriter
 from pytest_haico.verdicts import Verdict, resolve_verdict
 
@@ -268,23 +267,17 @@ class _Conversation:
                 self._log(state, "response", status=response.status_code, elapsed_s=elapsed)
                 if not response.is_success:
                     return await self._status_finding(response)
-                async with aclosing(EventSource(response).aiter_sse()) as events:
-                    async for sse in events:
-                        # httpx-sse dispatches a data-less event after an `id:` or
-                        # `event:` line; the SSE spec drops those, and so do we.
-                        # What follows the terminal event is only read to the end.
-                        if not sse.data or state.terminal is not None:
-                            continue
-                        self._receive(state, sse.data)
-                        if state.terminal is not None:
-                            grace = asyncio.get_running_loop().time() + _DRAIN_GRACE_S
-                            deadline.reschedule(min(grace, deadline.when() or grace))
+                _check_content_type(response)
+                decoder = SSEDecoder()
+                async for chunk in response.aiter_bytes():
+                    # After the terminal event the rest is only read to its end.
+                    if state.terminal is None:
+                        self._receive_chunk(state, decoder, chunk, deadline)
         except TimeoutError:
             if state.terminal is None:
                 message = f"no end of turn within {self.turn_timeout_s:g} s"
                 return make_finding(infra, message, kind="timeout")
-        except (SSEError, wire.WireError) as exc:
-            # First: httpx-sse's SSEError (a wrong content type) is an httpx.TransportError.
+        except wire.WireError as exc:
             return make_finding(infra, str(exc), kind="protocol")
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             return make_finding(infra, f"{self.url}: {_describe(exc)}", kind="unreachable")
@@ -293,6 +286,18 @@ class _Conversation:
                 kind = "broken_stream" if responded else "unreachable"
                 return make_finding(infra, f"{self.url}: {_describe(exc)}", kind=kind)
         return judge_stream_end(state)
+
+    def _receive_chunk(
+        self, state: TurnState, decoder: SSEDecoder, chunk: bytes, deadline: asyncio.Timeout
+    ) -> None:
+        for data in decoder.feed(chunk):
+            # An event with an empty data line carries nothing; what follows the
+            # terminal event is not part of the turn.
+            if data and state.terminal is None:
+                self._receive(state, data)
+        if state.terminal is not None:
+            grace = asyncio.get_running_loop().time() + _DRAIN_GRACE_S
+            deadline.reschedule(min(grace, deadline.when() or grace))
 
     def _receive(self, state: TurnState, data: str) -> None:
         elapsed = time.monotonic() - state.started
@@ -335,6 +340,12 @@ class _Conversation:
         self._log(state, "snapshot", snapshot=None if snapshot is None else _fields(snapshot))
         state.snapshot = snapshot
         return judge_snapshot(state, self.arm, wait_s=self.snapshot_wait_s)
+
+
+def _check_content_type(response: httpx.Response) -> None:
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip()
+    if content_type.lower() != "text/event-stream":
+        raise wire.WireError(f"the response is not an event stream: Content-Type {content_type!r}")
 
 
 def _fields(snapshot: Snapshot) -> dict[str, Any]:

@@ -13,6 +13,11 @@ from typing import Any, BinaryIO
 
 from pytest_haico.redact import Redactor
 
+# Lines are handed to the writing side at most this often per transcript, so a
+# turn's lines make one write job rather than one each (a job costs more than
+# encoding its lines); a kill loses at most this much more of a transcript.
+BATCH_S = 0.5
+
 
 def transcript_path(arm_dir: Path, *, item_id: str, run_id: str, attempt: int) -> Path:
     """``<arm dir>/transcripts/<item_id>.<run_id>.<attempt>.jsonl``."""
@@ -22,12 +27,12 @@ def transcript_path(arm_dir: Path, *, item_id: str, run_id: str, attempt: int) -
 class TranscriptWriter:
     """Appends JSON lines to one transcript file, writing them off the event loop.
 
-    ``append`` only queues the line. The lines queued while no write is under
-    way are written as one batch by a job in the running loop's default executor
-    (threads shared by every transcript of the loop, rather than one thread per
-    transcript); the job redacts, serialises, writes and flushes, so a kill loses
-    little, and the file is fsynced once at ``aclose``. A write failure does not
-    raise into the conversation: it is kept in ``error``.
+    ``append`` only queues the line. Within `BATCH_S` of the first queued line,
+    the lines are written as one batch by a job in the running loop's default
+    executor (threads shared by every transcript of the loop, rather than one
+    thread per transcript); the job redacts, serialises, writes and flushes, so
+    a kill loses little, and the file is fsynced once at ``aclose``. A write
+    failure does not raise into the conversation: it is kept in ``error``.
     """
 
     def __init__(self, path: Path, *, redactor: Redactor) -> None:
@@ -37,6 +42,7 @@ class TranscriptWriter:
         self._lock = threading.Lock()
         self._pending: list[tuple[float | None, dict[str, Any]]] = []  # guarded by _lock
         self._busy = False  # a job is queued or running; guarded by _lock
+        self._timer = False  # a hand-over is scheduled on the loop; guarded by _lock
         self._closed = False  # guarded by _lock
         self._stream: BinaryIO | None = None  # touched by the one job at a time only
         self._opened = False
@@ -53,14 +59,14 @@ class TranscriptWriter:
             if self._closed:
                 raise RuntimeError(f"transcript {self.path} is closed")
             self._pending.append((at, dict(line)))
-            if self._busy:
-                return  # the job under way writes it
+            if self._busy or self._timer:
+                return  # the job under way, or the one the timer starts, writes it
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
-            self._busy = True
-        _start_job(loop, self._write_pending)
+            self._timer = True
+        loop.call_later(BATCH_S, self._hand_over, loop)
 
     async def aclose(self) -> None:
         """Write what is queued, fsync and close the file, waiting off the loop.
@@ -77,6 +83,14 @@ class TranscriptWriter:
         if self._start_close():
             self._write_pending()
         self._finished.result()
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._timer = False
+            if self._busy or self._closed or not self._pending:
+                return  # the job under way, or the closing one, writes them
+            self._busy = True
+        _start_job(loop, self._write_pending)
 
     def _start_close(self) -> bool:
         """Mark the transcript closed; True when the caller must start the final job."""
@@ -129,11 +143,14 @@ class TranscriptWriter:
             self._write([])  # an empty transcript still gets its file
         stream = self._stream
         if stream is not None:
-            for step in (lambda: os.fsync(stream.fileno()), stream.close):
-                try:
-                    step()
-                except Exception as exc:
-                    self.error = self.error or exc
+            try:
+                os.fsync(stream.fileno())
+            except Exception as exc:
+                self.error = self.error or exc
+            try:
+                stream.close()
+            except Exception as exc:
+                self.error = self.error or exc
         self._finished.set_result(None)
 
     def _encode(self, at: float | None, line: dict[str, Any]) -> bytes:

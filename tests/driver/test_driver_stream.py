@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-import json
-
 import httpx
 import pytest
-from httpx_sse import aconnect_sse
 
+from pytest_haico import driver
 from pytest_haico.verdicts import Verdict
 from tests.driver.driver_fakes import (
     Converse,
@@ -35,30 +32,6 @@ STREAM = b"".join(
         complete(tokens=(11, 22)),
     ]
 )
-
-
-def _split(data: bytes, *offsets: int) -> list[bytes]:
-    bounds = [0, *offsets, len(data)]
-    return [data[a:b] for a, b in itertools.pairwise(bounds) if a < b]
-
-
-async def _events(chunks: list[bytes]) -> list[str]:
-    transport = FakeBackend(chunks).transport()
-    async with (
-        httpx.AsyncClient(transport=transport) as client,
-        aconnect_sse(client, "POST", "http://backend/") as source,
-    ):
-        return [event.data async for event in source.aiter_sse() if event.data]
-
-
-async def test_every_split_point_yields_the_same_events() -> None:
-    # httpx-sse rather than a parser of our own: this pins its behaviour at
-    # every two-chunk boundary, inside multi-byte characters and CRLF pairs too.
-    whole = await _events([STREAM])
-    assert [json.loads(data)["type"] for data in whole] == ["step", "step", "complete"]
-    assert "Chania → Heraklion, 🏖" in whole[1]
-    for offset in range(1, len(STREAM)):
-        assert await _events(_split(STREAM, offset)) == whole, offset
 
 
 async def test_stream_delivered_one_byte_at_a_time_completes(converse: Converse) -> None:
@@ -99,7 +72,7 @@ async def test_comments_and_other_fields_are_ignored(converse: Converse) -> None
         b"event: step\n"
         b"id: 1\n"
         + step("Answer.")
-        # httpx-sse dispatches a data-less event here (the id sticks); the driver drops it.
+        # Blank lines without data dispatch nothing (the id does not make an event).
         + b"\n\n: ping\n\n"
     )
     done = await converse(FakeBackend([body, complete()]))
@@ -171,9 +144,36 @@ async def test_protocol_violation_is_infra_error(
     assert done.result.error.kind == "protocol"
 
 
-async def test_reading_stops_at_the_terminal_event(converse: Converse) -> None:
-    # A backend that keeps the connection open after `complete` must not hang the turn.
+async def test_the_stream_is_read_to_its_end_after_the_terminal_event(converse: Converse) -> None:
+    # Read to its end, the response gives its connection back to the client's
+    # pool; closed early, the connection is dropped and the next turn opens one.
+    late = Reply(chunks=[*answer(), step("after the end"), b": bye\n\n"])
+    done = await converse(FakeBackend(late, answer()), make_script("a", "b"))
+    assert done.result.verdict is Verdict.COMPLETED
+    assert late.sent.is_set()
+    assert done.result.turns[0].steps == 1
+    assert "after the end" not in done.transcript.read_text()
+
+
+async def test_a_failure_after_the_terminal_event_does_not_fail_the_turn(
+    converse: Converse,
+) -> None:
+    failure = httpx.RemoteProtocolError("peer closed connection without sending complete body")
+    backend = FakeBackend(Reply(chunks=answer(), fail=failure), answer())
+    done = await converse(backend, make_script("a", "b"))
+    assert done.result.verdict is Verdict.COMPLETED
+    assert len(done.backend.requests) == 2
+
+
+async def test_a_stream_kept_open_after_the_terminal_event_costs_only_the_grace(
+    converse: Converse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver, "_DRAIN_GRACE_S", 0.5)
     backend = FakeBackend(Reply(chunks=answer(), hang=True), answer())
-    done = await converse(backend, make_script("a", "b"), turn_timeout_s=2.0)
+    done = await converse(backend, make_script("a", "b"), turn_timeout_s=30.0)
     assert done.result.verdict is Verdict.COMPLETED
     assert len(backend.requests) == 2
+    assert done.result.duration_s < 5
+    # The latency ends at the terminal event, not when the connection was given up.
+    first = done.result.turns[0]
+    assert first.latency_s is not None and first.latency_s < 0.5

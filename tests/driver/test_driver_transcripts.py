@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_haico import transcripts
 from pytest_haico.redact import Redactor
 from pytest_haico.transcripts import TranscriptWriter, transcript_path
 
@@ -71,3 +72,53 @@ def test_close_without_a_loop(tmp_path: Path) -> None:
     writer.close()
     writer.close()
     assert writer.path.read_text() == '{"n":1}\n'
+
+
+@pytest.mark.asyncio
+async def test_lines_are_written_in_batches_before_the_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transcripts, "BATCH_S", 0.01)
+    writer = TranscriptWriter(tmp_path / "x.jsonl", redactor=Redactor())
+    writer.append({"n": 1})
+    writer.append({"n": 2})
+    for _ in range(200):  # a kill now loses nothing of the two lines
+        await asyncio.sleep(0.01)
+        if writer.path.exists() and len(writer.path.read_bytes().splitlines()) == 2:
+            break
+    assert writer.path.read_text() == '{"n":1}\n{"n":2}\n'
+    writer.append({"n": 3})
+    await writer.aclose()
+    assert writer.path.read_text().splitlines()[-1] == '{"n":3}'
+
+
+@pytest.mark.asyncio
+async def test_the_receive_time_comes_first_in_iso_8601_utc(tmp_path: Path) -> None:
+    writer = TranscriptWriter(tmp_path / "x.jsonl", redactor=Redactor())
+    writer.append({"kind": "event"}, at=1_700_000_000.25)
+    writer.append({"kind": "event"})
+    await writer.aclose()
+    first, second = (json.loads(line) for line in writer.path.read_text().splitlines())
+    assert list(first) == ["at", "kind"]
+    assert first["at"] == "2023-11-14T22:13:20.250000+00:00"
+    assert second == {"kind": "event"}
+
+
+@pytest.mark.asyncio
+async def test_a_line_that_cannot_be_written_is_lost_alone(tmp_path: Path) -> None:
+    writer = TranscriptWriter(tmp_path / "x.jsonl", redactor=Redactor())
+    writer.append({"n": 1})
+    writer.append({"text": "\ud800"})  # a lone surrogate has no UTF-8 form
+    writer.append({"n": 3})
+    await writer.aclose()
+    assert writer.path.read_text() == '{"n":1}\n{"n":3}\n'
+    assert isinstance(writer.error, UnicodeEncodeError)
+
+
+@pytest.mark.asyncio
+async def test_an_empty_transcript_still_gets_its_file(tmp_path: Path) -> None:
+    writer = TranscriptWriter(tmp_path / "t" / "x.jsonl", redactor=Redactor())
+    await writer.aclose()
+    await writer.aclose()
+    assert writer.path.read_bytes() == b""
+    assert writer.error is None
