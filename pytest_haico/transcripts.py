@@ -19,11 +19,6 @@ from pytest_haico.redact import Redactor
 BATCH_S = 0.5
 
 
-def transcript_path(arm_dir: Path, *, item_id: str, run_id: str, attempt: int) -> Path:
-    """``<arm dir>/transcripts/<item_id>.<run_id>.<attempt>.jsonl``."""
-    return arm_dir / "transcripts" / f"{item_id}.{run_id}.{attempt}.jsonl"
-
-
 class TranscriptWriter:
     """Appends JSON lines to one transcript file, writing them off the event loop.
 

@@ -12,11 +12,12 @@ import pytest
 
 from pytest_haico import transcripts
 from pytest_haico.redact import Redactor
-from pytest_haico.transcripts import TranscriptWriter, transcript_path
+from pytest_haico.rundir import ArmPaths
+from pytest_haico.transcripts import TranscriptWriter
 
 
 def test_transcript_path_follows_the_results_layout(tmp_path: Path) -> None:
-    path = transcript_path(tmp_path / "qwen32b", item_id="abc", run_id="123_4.0", attempt=2)
+    path = ArmPaths(tmp_path / "qwen32b").transcript("abc", "123_4.0", 2)
     assert path == tmp_path / "qwen32b" / "transcripts" / "abc.123_4.0.2.jsonl"
 
 
