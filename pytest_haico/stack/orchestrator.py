@@ -236,9 +236,10 @@ class Orchestrator:
         )
         self._ports_of[name] = self._ports.claim(name)
         respawned = [self._spawn(failed.service, failed.attempt + 1)]
+        dependents = self._dependents(name)
         for dependent in self.services:
             process = self._processes.get(dependent.name)
-            if dependent.name in self._dependents(name) and process is not None:
+            if dependent.name in dependents and process is not None:  # spawned with the old port
                 logger.info("%s: respawned, since %s moved", dependent.name, name)
                 process.stop(grace=self._stop_grace)
                 respawned.append(self._spawn(dependent, process.attempt + 1))
@@ -274,9 +275,8 @@ class Orchestrator:
                 try:
                     ready = process.check(probe=probe)
                 except PortInUseError as exc:
-                    replaced = {process.service.name}
-                    replaced |= self._dependents(process.service.name)
                     fresh = self._relaunch(process, exc)
+                    replaced = {p.service.name for p in fresh}
                     waiting = [p for p in waiting if p.service.name not in replaced] + fresh
                     continue
                 if ready:

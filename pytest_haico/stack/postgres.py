@@ -32,14 +32,11 @@ HOST = "127.0.0.1"
 # Bump when the template's recipe changes, so no session copies an outdated one.
 _TEMPLATE_RECIPE = 2
 _SETUP_TIMEOUT = 120.0
-# Libpq learnt `require_auth` in 16.
-_LIBPQ_REQUIRE_AUTH = 160000
+_LIBPQ_REQUIRE_AUTH = 160000  # libpq learnt `require_auth` in 16
 
-# Run in template1. The template keeps only template1 (CREATE DATABASE's default) and
-# haico: template0 and the `postgres` maintenance database serve no run, and each is
-# about 300 of the files every run copies. Creating files is the copy's cost, and a
-# steep one on ext4 just after an earlier run deleted its copy (the inode allocator
-# steps over recently deleted inodes): 1,264 files took 0.8-1 s there, 668 take 0.4 s.
+# Run in template1; only it (CREATE DATABASE's default) and haico stay. template0 and the
+# `postgres` database serve no run, and are half the files each run copies: creating
+# files is the copy's cost (steep on ext4 right after a run deleted its copy).
 _SETUP_SQL = f"""\
 CREATE DATABASE {DATABASE}
 CREATE ROLE {READONLY_ROLE} LOGIN
@@ -315,10 +312,9 @@ class PostgresService:
     def dsn_for(self, port: int, *, require_scram: bool = False) -> str:
         """The superuser's URI for this server on `port`, with its password.
 
-        `require_scram` is for a client that may connect before this server has bound
-        the port (one that `waits_for` it): whatever listens there then must prove it
-        holds the password's verifier, and can never ask for the password in clear text.
-        It needs libpq 16 or later, and is left out with an older one.
+        `require_scram`, for a client that may connect before this server bound the port:
+        whatever listens there must then prove it knows the password, and cannot ask for
+        it in clear text (libpq 16 or later; left out with an older one).
         """
         dsn = f"postgresql://{SUPERUSER}:{self._password}@{HOST}:{port}/{DATABASE}"
         if require_scram and psycopg.pq.version() >= _LIBPQ_REQUIRE_AUTH:

@@ -48,19 +48,18 @@ class Service(Protocol):
     """One service of the stack, as the orchestrator drives it.
 
     * `requires`: names that must be healthy before this one is spawned;
-    * `waits_for`: names this one needs but waits for by itself (it retries until they
-      answer, and its probe fails until then): it is spawned as soon as their ports are
-      claimed, so its start overlaps theirs; it counts as healthy only once they are, and
-      is respawned if one of them moves to another port. The weaker `requires`, for a
-      service that does its own waiting;
+    * `waits_for`: the weaker `requires`, for a service that waits for them by itself
+      (retrying, its probe failing until they answer): it is spawned once their ports
+      are claimed, so its start overlaps theirs, counts as healthy only once they are,
+      and is respawned if one of them moves to another port;
     * `start_timeout`: seconds from spawn to healthy;
+    * `prepare(log)` runs once, in a worker thread, before the first spawn;
     * `stop_signal` at stop, `death_signal` when the owner dies (None: no such signal);
     * `secrets` are redacted from our log lines and messages; the janitor removes
       `cleanup_paths` if the owner dies;
-    * `prepare(log)` runs once before the first spawn; `command(port)` for each
-      attempt (a service that failed to bind gets another port); `probe(port)` is
-      one health check and never raises; `on_healthy(port)` once it passes;
-      `cleanup()` after the process stopped.
+    * `command(port)` for each attempt (a service that failed to bind gets another
+      port); `probe(port)` is one health check and never raises; `on_healthy(port)`
+      once it passes; `cleanup()` after the process stopped (and prepare returned).
     """
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,96 @@ def test_port_taken_between_claim_and_bind_is_retried_on_another_port(tmp_path: 
 def test_unknown_or_late_requirement_is_refused_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(StackError, match=r"app requires \['db'\], which must be listed before it"):
         Orchestrator([tiny("app", requires=("db",)), tiny("db")], tmp_path)
+    late = HttpService(name="app", argv=tiny().argv, waits_for=("db",))
+    with pytest.raises(StackError, match=r"app waits for \['db'\], which must be listed before"):
+        Orchestrator([late, tiny("db")], tmp_path)
+
+
+class _PreparesUntil(HttpService):
+    """Its prepare blocks until `released` is set."""
+
+    released: threading.Event
+
+    def prepare(self, log_path: Path) -> None:
+        if not self.released.wait(10):
+            raise StackError(f"{self.name}: prepare was never released")
+
+
+class _Releases(HttpService):
+    """Sets `released` once healthy."""
+
+    released: threading.Event
+
+    def on_healthy(self, port: int) -> None:
+        self.released.set()
+
+
+def test_a_slow_prepare_does_not_hold_back_the_other_services(tmp_path: Path) -> None:
+    # The slow one comes first and is released only by the other one being healthy: a
+    # prepare run in line would wait for it in vain.
+    released = threading.Event()
+    slow = _PreparesUntil(name="slow", argv=tiny().argv)
+    fast = _Releases(name="fast", argv=tiny().argv)
+    slow.released = fast.released = released
+    with Orchestrator([slow, fast], tmp_path / "logs", state_dir=tmp_path, reap=False) as stack:
+        procs = stack.processes
+        assert (procs["fast"].healthy_at or 0) < (procs["slow"].spawned_at or 0)
+        slow_timing, fast_timing = stack.timings["slow"], stack.timings["fast"]
+        assert slow_timing.launched + slow_timing.prepare >= fast_timing.ready
+
+
+class _SleepsInPrepare(HttpService):
+    seconds: float
+
+    def prepare(self, log_path: Path) -> None:
+        time.sleep(self.seconds)
+
+
+def test_a_service_that_waits_for_another_starts_alongside_it_but_is_healthy_after_it(
+    tmp_path: Path,
+) -> None:
+    db = _SleepsInPrepare(name="db", argv=tiny().argv)
+    db.seconds = 1.0
+    app = HttpService(name="app", argv=tiny().argv, waits_for=("db",))
+    with Orchestrator([db, app], tmp_path / "logs", state_dir=tmp_path, reap=False) as stack:
+        procs = stack.processes
+        # Spawned while db was still preparing; app answers at once, but counts only after db.
+        assert (procs["app"].spawned_at or 0) < (procs["db"].spawned_at or 0)
+        assert (procs["app"].healthy_at or 0) >= (procs["db"].healthy_at or 0)
+        assert stack.timings["app"].ready >= stack.timings["db"].ready >= 1.0
+        assert all(t.attempts == 1 for t in stack.timings.values())
+
+
+def test_a_service_that_waits_for_one_that_moves_port_is_respawned_with_the_new_port(
+    tmp_path: Path,
+) -> None:
+    squatters: list[socket.socket] = []
+    seen: list[int] = []  # db's port, as app was told at each of its spawns
+
+    def squat(port: int) -> None:
+        if not squatters:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            squatters.append(sock)
+
+    def app_argv(port: int) -> list[str]:
+        seen.append(stack.port("db"))
+        return list(tiny().argv(port))
+
+    db = tiny("db", argv_hook=squat)
+    app = HttpService(name="app", argv=app_argv, waits_for=("db",))
+    stack = Orchestrator([db, app], tmp_path / "logs", state_dir=tmp_path, reap=False)
+    try:
+        with stack:
+            taken = squatters[0].getsockname()[1]
+            assert seen == [taken, stack.port("db")]
+            assert stack.port("db") != taken
+            assert (stack.timings["db"].attempts, stack.timings["app"].attempts) == (2, 2)
+    finally:
+        for sock in squatters:
+            sock.close()
 
 
 class _StopsOnPrepare(HttpService):
@@ -118,6 +210,44 @@ class _StopsOnPrepare(HttpService):
 
     def prepare(self, log_path: Path) -> None:
         self.stack.stop()
+
+
+class _SlowToPrepare(HttpService):
+    """Records when its (slow) prepare ends and when it is cleaned up."""
+
+    events: list[str]
+
+    def prepare(self, log_path: Path) -> None:
+        time.sleep(1.0)
+        self.events.append("prepared")
+
+    def cleanup(self) -> None:
+        self.events.append("cleaned")
+
+
+class _StopsWhenHealthy(HttpService):
+    """Stops its own stack once healthy, as a signal handler could mid-start."""
+
+    stack: Orchestrator
+
+    def on_healthy(self, port: int) -> None:
+        self.stack.stop()
+
+
+def test_stop_while_a_service_prepares_cleans_it_up_only_after_its_prepare(
+    tmp_path: Path,
+) -> None:
+    slow = _SlowToPrepare(name="slow", argv=tiny().argv)
+    slow.events = []
+    trigger = _StopsWhenHealthy(name="trigger", argv=tiny().argv)
+    stack = Orchestrator([slow, trigger], tmp_path / "logs", state_dir=tmp_path, reap=False)
+    trigger.stack = stack
+    with pytest.raises(StackError, match="the stack was stopped while starting slow"):
+        stack.start()
+    assert slow.events == ["prepared", "cleaned"]
+    assert not any(is_alive(p.pid or 0) for p in stack.processes.values())
+    assert list((tmp_path / "ports").glob("*.json")) == []
+    assert list((tmp_path / "services").glob("*.json")) == []
 
 
 def test_stop_during_start_leaves_nothing_running(tmp_path: Path) -> None:

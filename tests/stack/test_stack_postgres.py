@@ -75,6 +75,30 @@ def test_readonly_dsn_reads_everything_and_writes_nothing(postgres: PostgresServ
             conn.execute("CREATE TABLE intruder (x int)")
 
 
+def test_the_template_holds_only_template1_and_haico_and_databases_can_be_created(
+    postgres: PostgresService,
+) -> None:
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        names = conn.execute("SELECT datname FROM pg_database ORDER BY datname").fetchall()
+        assert names == [("haico",), ("template1",)]
+        conn.execute("CREATE DATABASE scratch")  # from template1, CREATE DATABASE's default
+        conn.execute("DROP DATABASE scratch")
+
+
+def test_a_scram_only_dsn_holds_the_server_to_scram(
+    postgres: PostgresService,
+) -> None:
+    strict = postgres.dsn_for(postgres.port, require_scram=True)
+    assert strict == f"{postgres.dsn}?require_auth=scram-sha-256"
+    with psycopg.connect(strict) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    # libpq holds the server to the method: requiring clear text refuses our scram server,
+    # so requiring scram refuses a squatter on the port that asks for the password.
+    clear_text = strict.replace("scram-sha-256", "password")
+    with pytest.raises(psycopg.OperationalError, match="server requested SASL authentication"):
+        psycopg.connect(clear_text).close()
+
+
 def test_no_trust_authentication_and_no_password_in_argv_or_log(
     stack: Orchestrator, postgres: PostgresService
 ) -> None:

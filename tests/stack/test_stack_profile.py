@@ -59,7 +59,11 @@ def test_local_stack_starts_answers_and_stops(tmp_path: Path) -> None:
         tmp_path / "logs", enable_tool_calling=False, tool_call_parser=None, state_dir=tmp_path
     )
     with stack:
-        pids = {name: p.pid or 0 for name, p in stack.orchestrator.processes.items()}
+        procs = stack.orchestrator.processes
+        pids = {name: p.pid or 0 for name, p in procs.items()}
+        # The backend starts alongside Postgres, and counts as healthy only after it.
+        assert (procs["backend"].spawned_at or 0) < (procs["postgres"].healthy_at or 0)
+        assert (procs["backend"].healthy_at or 0) >= (procs["postgres"].healthy_at or 0)
         models = httpx.get(
             f"{stack.llm_url}/v1/models", headers={"Authorization": f"Bearer {stack.api_key}"}
         )

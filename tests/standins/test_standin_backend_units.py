@@ -1,13 +1,20 @@
-"""The backend's small parts: the vllm host rule, ``*.localhost`` names, the rate limiter."""
+"""The backend's small parts: the vllm host rule, ``*.localhost`` names, the rate limiter,
+waiting for the database."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import httpx
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pytest_haico.standins.model_client import LoopbackTransport, endpoint_refusal
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
-from tests.standins.standin_procs import LlmServers
+from pytest_haico.standins.snapshots import wait_for_database
+from tests.standins.standin_procs import LlmServers, free_port
 
 
 @pytest.mark.parametrize(
@@ -70,3 +77,41 @@ def test_the_limiter_admits_n_per_sliding_minute() -> None:
     clock.now += 40
     assert limiter.admit() is None, "the first admission has left the window"
     assert limiter.admit() == 20
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    sink.close()
+
+
+@pytest.mark.asyncio
+async def test_waiting_for_a_database_that_comes_up_late_returns_once_it_answers(
+    postgres_dsn: str,
+) -> None:
+    # A forwarder to the real server that listens only after a while: a Postgres still starting.
+    target = conninfo_to_dict(postgres_dsn)
+    port = free_port()
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream = await asyncio.open_connection(str(target["host"]), int(str(target["port"])))
+        await asyncio.gather(_pipe(reader, upstream[1]), _pipe(upstream[0], writer))
+
+    async def listen_late() -> asyncio.Server:
+        await asyncio.sleep(0.3)
+        return await asyncio.start_server(forward, "127.0.0.1", port)
+
+    listening = asyncio.create_task(listen_late())
+    await wait_for_database(make_conninfo(postgres_dsn, port=port), timeout=10)
+    server = await listening
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_waiting_for_a_database_that_never_answers_raises_its_last_error() -> None:
+    dsn = f"postgresql://postgres:secret@127.0.0.1:{free_port()}/haico"
+    with pytest.raises(psycopg.OperationalError, match="Connection refused"):
+        await wait_for_database(dsn, timeout=0.3)
