@@ -221,7 +221,7 @@ class ArmSession:
         run_id = self.claim.run_id
         progress = ConversationProgress()
         try:
-            return await run_conversation(
+            result = await run_conversation(
                 self._client,
                 backend_url=stack.backend_url,
                 token=stack.admin_token,
@@ -236,6 +236,20 @@ class ArmSession:
             )
         except asyncio.CancelledError:
             return progress.interrupted_result()
+        self._observe(result)
+        return result
+
+    def _observe(self, result: ConversationResult) -> None:
+        """Feed the breaker while the conversation still holds its slot, so that no
+        conversation is admitted between the failure that trips it and the stop."""
+        infra = result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED)
+        service = _failing_service(result.error) if infra else None
+        was_tripped = self.breaker.tripped
+        if self.breaker.observe(infra, service=service) and not was_tripped:
+            reason = f"circuit breaker: {self.breaker.reason()}"
+            self._require_runner().stop_admitting(reason)
+            culprit = service or "backend"
+            self.on_trip(f"{reason}; the tail of the {culprit} log:\n{self.log_tail(culprit)}")
 
     # -- on the runner's finish threads -------------------------------------------------
 
@@ -252,14 +266,6 @@ class ArmSession:
             finished_at=result.finished_at,
             in_flight_at_start=in_flight,
         )
-        infra = result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED)
-        service = _failing_service(result.error) if infra else None
-        was_tripped = self.breaker.tripped
-        if self.breaker.observe(infra, service=service) and not was_tripped:
-            reason = f"circuit breaker: {self.breaker.reason()}"
-            self._require_runner().stop_admitting(reason)
-            culprit = service or "backend"
-            self.on_trip(f"{reason}; the tail of the {culprit} log:\n{self.log_tail(culprit)}")
         return Conversation(spec=state.spec, result=result, record=record)
 
     def _failed(self, exc: BaseException) -> ConversationResult:

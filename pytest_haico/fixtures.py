@@ -12,6 +12,7 @@ from pytest_haico.arm_session import Conversation, HaicoStack
 from pytest_haico.errors import InfraError, RateLimitedError
 from pytest_haico.items import ItemSpec
 from pytest_haico.recorder import ATTEMPT_KEY
+from pytest_haico.runner import NotAdmitted
 from pytest_haico.sessions import SESSIONS_KEY, ArmSessions
 from pytest_haico.verdicts import Verdict
 
@@ -35,7 +36,11 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
     state = request.node.stash.get(ATTEMPT_KEY, None)
     if state is None:
         raise pytest.UsageError(f"haico: {request.node.nodeid} is not a selected campaign item")
-    conversation = _sessions(request).conversation(state)
+    try:
+        conversation = _sessions(request).conversation(state)
+    except NotAdmitted as exc:
+        # Never started (a tripped breaker, a drain): no attempt, so no record.
+        pytest.skip(f"haico: not started: {exc.reason}")
     if conversation.verdict is Verdict.RATE_LIMITED:
         raise RateLimitedError(conversation.explain())
     if conversation.verdict.outcome == "error":

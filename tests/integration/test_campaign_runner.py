@@ -83,7 +83,9 @@ def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(project: Project) ->
         result.stdout,
     ), result.stdout
     records = project.records("demo")
-    assert 5 <= len(records) <= 5 + 2  # stopped admitting; at most the in-flight ones more
+    # It stops admitting at the fifth failure: only the one other conversation then in
+    # flight (concurrency 2) may still end and be recorded.
+    assert 5 <= len(records) <= 5 + 1
     assert {r["verdict"] for r in records} <= {"infra_error", "interrupted"}
 
 

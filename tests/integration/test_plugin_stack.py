@@ -67,7 +67,10 @@ def test_last(haico_stack):
 
 
 def port_is_free(port: int) -> bool:
+    """Free for a new server: bindable with SO_REUSEADDR, as servers bind (TIME_WAIT is no
+    leak)."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
