@@ -72,52 +72,52 @@ def pytest_cmd(*args: str) -> list[str]:
 
 
 def fill_ledger(root: Path, records: int) -> Path:
-    """A ledger of `records` completed items that are not in the campaign (worst case)."""
+    """A ledger of `records` completed items, written as the plugin writes them.
+
+    Their items are not in the campaign, so every line is read and none deselects.
+    """
+    from pytest_haico.records import LedgerRecord, TurnRecord
+    from pytest_haico.verdicts import Verdict
+
     ledger = root / "results" / "default" / "demo" / "ledger"
     ledger.mkdir(parents=True)
-    turn = {
-        "index": 0,
-        "thread_id": "t",
-        "branch_from": None,
-        "latency_s": 1.2,
-        "first_event_s": 0.1,
-        "steps": 3,
-        "tool_calls": 1,
-        "tool_errors": 0,
-        "tokens_in": 900,
-        "tokens_out": 120,
-        "provider": "vllm",
-        "model_id": "demo",
-        "snapshot_id": "s",
-    }
-    with open(ledger / "old.1.jsonl", "w") as handle:
+    turn = TurnRecord(
+        index=0,
+        thread_id="t",
+        latency_s=1.2,
+        first_event_s=0.1,
+        steps=3,
+        tool_calls=1,
+        tokens_in=900,
+        tokens_out=120,
+        provider="vllm",
+        model_id="demo",
+        snapshot_id="s",
+    )
+    with open(ledger / "old.1.jsonl", "wb") as handle:
         for i in range(records):
-            record = {
-                "schema": 1,
-                "run_id": "old.1",
-                "campaign": "default",
-                "arm": "demo",
-                "stratum": "default",
-                "item_id": f"{i:064x}",
-                "nodeid": f"x[{i}]",
-                "script": f"x{i}",
-                "script_sha256": "0" * 64,
-                "repeat": 0,
-                "attempt": 1,
-                "outcome": "passed",
-                "verdict": "completed",
-                "started_at": "2026-01-01T00:00:00.000000+00:00",
-                "finished_at": "2026-01-01T00:00:01.000000+00:00",
-                "duration_s": 1.0,
-                "in_flight_at_start": 0,
-                "model_identity": "m",
-                "backend_identity": "b",
-                "turns": [turn, turn, turn],
-                "error": None,
-                "slurm": None,
-                "harness_version": "0.1.0",
-            }
-            handle.write(json.dumps(record) + "\n")
+            record = LedgerRecord(
+                run_id="old.1",
+                campaign="default",
+                arm="demo",
+                stratum="default",
+                item_id=f"{i:064x}",
+                nodeid=f"x[{i}]",
+                script=f"x{i}",
+                script_sha256="0" * 64,
+                repeat=0,
+                attempt=1,
+                outcome=Verdict.COMPLETED.outcome,
+                verdict=Verdict.COMPLETED,
+                started_at="2026-01-01T00:00:00.000000+00:00",
+                finished_at="2026-01-01T00:00:01.000000+00:00",
+                duration_s=1.0,
+                model_identity="m",
+                backend_identity="b",
+                turns=(turn, turn, turn),
+                harness_version="0.1.0",
+            )
+            handle.write(record.to_line())
     return ledger
 
 
@@ -127,7 +127,7 @@ def index_peak_mb(ledger: Path) -> float:
 
     tracemalloc.start()
     index = ResumeIndex()
-    index.add_all(iter_ledger_dir(ledger, warn=print), warn=print)
+    index.add_all(iter_ledger_dir(ledger, warn=print, resume_fields=True), warn=print)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(index) == LEDGER_RECORDS

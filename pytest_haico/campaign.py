@@ -155,7 +155,9 @@ class CampaignPlugin:
         for arm in sorted(arms):
             ledger_dir = self.recorder.paths(arm).ledger_dir
             index.add_all(
-                iter_ledger_dir(ledger_dir, warn=self.selection.warnings.append),
+                iter_ledger_dir(
+                    ledger_dir, warn=self.selection.warnings.append, resume_fields=True
+                ),
                 warn=self.selection.warnings.append,
             )
         return index

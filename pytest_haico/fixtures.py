@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 import pytest_asyncio
 
-from pytest_haico.arm_session import Conversation, HaicoStack
 from pytest_haico.errors import InfraError, RateLimitedError
-from pytest_haico.items import ItemSpec
 from pytest_haico.recorder import ATTEMPT_KEY
-from pytest_haico.runner import NotAdmitted
 from pytest_haico.sessions import SESSIONS_KEY, ArmSessions
 from pytest_haico.verdicts import Verdict
+
+# The stack's and the driver's modules load when a test first asks for them, not at
+# every pytest start: a campaign of plain items never pays for them.
+if TYPE_CHECKING:
+    import httpx
+
+    from pytest_haico.arm_session import Conversation, HaicoStack
+    from pytest_haico.items import ItemSpec
 
 
 @pytest.fixture
@@ -36,6 +41,8 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
     state = request.node.stash.get(ATTEMPT_KEY, None)
     if state is None:
         raise pytest.UsageError(f"haico: {request.node.nodeid} is not a selected campaign item")
+    from pytest_haico.runner import NotAdmitted
+
     try:
         conversation = _sessions(request).conversation(state)
     except NotAdmitted as exc:
@@ -61,6 +68,8 @@ def haico_stack(request: pytest.FixtureRequest) -> HaicoStack:
 @pytest_asyncio.fixture
 async def haico_client(haico_stack: HaicoStack) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx.AsyncClient bound to the arm's backend, with its admin token."""
+    import httpx
+
     async with httpx.AsyncClient(
         base_url=haico_stack.backend_url,
         headers={"Authorization": f"Bearer {haico_stack.admin_token}"},

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_haico.arm_session import ArmSession, Conversation, HaicoStack
 from pytest_haico.breaker import CircuitBreaker
 from pytest_haico.errors import GateError, StackError
-from pytest_haico.experiment import Arm
 from pytest_haico.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
-from pytest_haico.settings import Settings
+
+if TYPE_CHECKING:
+    from pytest_haico.arm_session import ArmSession, Conversation, HaicoStack
+    from pytest_haico.experiment import Arm
+    from pytest_haico.settings import Settings
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +80,9 @@ class ArmSessions:
                 _log.exception("haico: stopping the stack of arm %s", arm)
 
     def _start(self, arm: str) -> ArmSession:
+        # Imported on first use: the stack and driver cost ~0.4 s to import.
+        from pytest_haico.arm_session import ArmSession
+
         settings = self.settings
         session = ArmSession(
             self.arms[arm],

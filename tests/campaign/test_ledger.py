@@ -131,3 +131,24 @@ def test_resume_index_keeps_the_newest_record(tmp_path: Path) -> None:
     assert a is not None and a.done and a.verdict is Verdict.COMPLETED
     assert b is not None and not b.done and b.next_attempt == 2  # interrupted: not counted
     assert index.get("c" * 64) is None
+
+
+def test_the_fast_resume_read_agrees_with_the_full_parse(tmp_path: Path) -> None:
+    writer = LedgerWriter(tmp_path / "a.jsonl")
+    writer.append(make_record("a" * 64, verdict=Verdict.INFRA_ERROR, attempt=2))
+    writer.append(make_record("b" * 64, verdict=Verdict.COMPLETED))
+    writer.close()
+    by_hand = {"finished_at": "2026-01-02T00:00:00+00:00", "verdict": "interrupted",
+               "attempt": 1, "item_id": "c" * 64, "schema": 1}
+    (tmp_path / "b.jsonl").write_text(
+        json.dumps(by_hand, indent=None) + "\n" + "garbage\n" + '{"schema":1,"item_id":"d'
+    )
+    keys = ("item_id", "attempt", "verdict", "finished_at")
+    results = []
+    for fast in (False, True):
+        warnings: list[str] = []
+        records = iter_ledger_dir(tmp_path, warn=warnings.append, resume_fields=fast)
+        results.append(([tuple(r.data[k] for k in keys) for r in records], warnings))
+    assert results[0] == results[1]
+    assert [fields[0][0] for fields in results[0][0]] == ["a", "b", "c"]
+    assert len(results[0][1]) == 2
