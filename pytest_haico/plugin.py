@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -103,8 +104,8 @@ def _with_site_results(settings: Settings, cluster_work: str | None) -> Settings
     return dataclasses.replace(settings, results=Path(cluster_work) / "results")
 
 
-def _check_selection(settings: Settings, arms: object, strata: frozenset[str]) -> None:
-    known_arms = sorted(arms)  # type: ignore[call-overload]
+def _check_selection(settings: Settings, arms: Iterable[str], strata: frozenset[str]) -> None:
+    known_arms = sorted(arms)
     for arm in settings.arms:
         if arm not in known_arms:
             raise ConfigError(

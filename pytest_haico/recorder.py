@@ -69,10 +69,6 @@ class Recorder:
         with self._lock:
             return self._claim_locked(arm)
 
-    def claims(self) -> dict[str, RunClaim]:
-        with self._lock:
-            return dict(self._claims)
-
     def record(
         self,
         state: ItemAttempt,

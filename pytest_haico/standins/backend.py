@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from psycopg.conninfo import conninfo_to_dict
 
-from pytest_haico.standins.serving import configure_logging, run_app
+from pytest_haico.standins.serving import configure_logging, positive_int, run_app
 
 logger = logging.getLogger("pytest_haico.standins.backend")
 
@@ -46,13 +46,6 @@ class BackendSettings:
         return tuple(v for v in values if v)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line; every secret comes from the environment."""
     parser = argparse.ArgumentParser(
@@ -68,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="record this model_id in workspace_snapshots instead of the requested one",
     )
     parser.add_argument(
-        "--rate-limit-rpm", type=_positive, default=None, help="answer 429 past N queries/min"
+        "--rate-limit-rpm", type=positive_int, default=None, help="answer 429 past N queries/min"
     )
     parser.add_argument(
         "--no-recursion-flag",

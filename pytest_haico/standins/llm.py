@@ -33,7 +33,7 @@ from pytest_haico.standins.openai_wire import (
     truncate,
 )
 from pytest_haico.standins.personas import Hang, Persona, ServerFault, plan_completion
-from pytest_haico.standins.serving import configure_logging, run_app
+from pytest_haico.standins.serving import configure_logging, positive_int, run_app
 
 logger = logging.getLogger("pytest_haico.standins.llm")
 
@@ -68,13 +68,6 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line, shaped like ``vllm serve``'s (only the flags a stand-in acts on)."""
     parser = argparse.ArgumentParser(
@@ -88,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind, exactly")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-model-len", type=_positive, default=8192)
+    parser.add_argument("--max-model-len", type=positive_int, default=8192)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -85,3 +86,11 @@ def run_app(app: ASGIApp, *, host: str, port: int, stopping: asyncio.Event) -> i
     )
     _StandinServer(config, stopping).run()
     return 0
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of 1 or more."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
