@@ -61,6 +61,7 @@ class CampaignPlugin:
             return
         if hasattr(metafunc.config, "workerinput"):
             raise pytest.UsageError(XDIST_MESSAGE)
+
         params = [
             pytest.param(
                 spec,

@@ -57,6 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_selection(settings, experiments.arms.keys(), experiments.strata)
         _check_shard_given(settings, job.in_array)
         _check_xdist(config, settings.experiments)
+        _check_not_empty(
+            config, settings.experiments, bool(experiments.arms), bool(experiments.scripts)
+        )
         specs = build_item_specs(
             experiments, settings, site_image=site.get("BACKEND_IMAGE") if site else None
         )
@@ -130,15 +133,32 @@ def _check_shard_given(settings: Settings, in_array: bool) -> None:
         )
 
 
+def _check_not_empty(
+    config: pytest.Config, experiments: Path, has_arms: bool, has_scripts: bool
+) -> None:
+    """A campaign run with no arm or no script would "pass" having run nothing."""
+    if (has_arms and has_scripts) or not _collects(config, experiments):
+        return
+    missing = "arms/<arm>.toml" if not has_arms else "scripts/<name>.yaml or .jsonl"
+    raise ConfigError(str(experiments), "", f"no campaign items: add {missing}")
+
+
 def _check_xdist(config: pytest.Config, experiments: Path) -> None:
     """`-n` with haico items: refused on the controller, before workers start stacks."""
     if getattr(config.option, "dist", "no") == "no" or hasattr(config, "workerinput"):
         return
     from pytest_haico.campaign import XDIST_MESSAGE
 
-    for path in _collection_paths(config):
-        if path.is_relative_to(experiments) or experiments.is_relative_to(path):
-            raise ConfigError("-n / --numprocesses", "", XDIST_MESSAGE.removeprefix("haico: "))
+    if _collects(config, experiments):
+        raise ConfigError("-n / --numprocesses", "", XDIST_MESSAGE.removeprefix("haico: "))
+
+
+def _collects(config: pytest.Config, experiments: Path) -> bool:
+    """Whether this run collects from the experiments directory (or a directory above it)."""
+    return any(
+        path.is_relative_to(experiments) or experiments.is_relative_to(path)
+        for path in _collection_paths(config)
+    )
 
 
 def _collection_paths(config: pytest.Config) -> list[Path]:

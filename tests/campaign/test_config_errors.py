@@ -166,3 +166,8 @@ def test_usage_error_keeps_earlier_results(campaign: CampaignDir) -> None:
     campaign.arm("demo", "[agent]\nrecursion_limit = 'many'\n")
     assert_usage_error(campaign.run(), "*demo.toml: agent.recursion_limit: *")
     assert [p.read_bytes() for p in campaign.ledger_files("demo")] == before
+
+
+def test_no_arms_is_a_usage_error_not_an_empty_run(campaign: CampaignDir) -> None:
+    campaign.simple_scripts("greet")
+    assert_usage_error(campaign.run(), "*/experiments: no campaign items: add arms/<arm>.toml")
