@@ -138,8 +138,13 @@ def test_the_fast_resume_read_agrees_with_the_full_parse(tmp_path: Path) -> None
     writer.append(make_record("a" * 64, verdict=Verdict.INFRA_ERROR, attempt=2))
     writer.append(make_record("b" * 64, verdict=Verdict.COMPLETED))
     writer.close()
-    by_hand = {"finished_at": "2026-01-02T00:00:00+00:00", "verdict": "interrupted",
-               "attempt": 1, "item_id": "c" * 64, "schema": 1}
+    by_hand = {
+        "finished_at": "2026-01-02T00:00:00+00:00",
+        "verdict": "interrupted",
+        "attempt": 1,
+        "item_id": "c" * 64,
+        "schema": 1,
+    }
     (tmp_path / "b.jsonl").write_text(
         json.dumps(by_hand, indent=None) + "\n" + "garbage\n" + '{"schema":1,"item_id":"d'
     )
