@@ -106,6 +106,10 @@ class ArmSession:
         self._stopped_at: float | None = None
 
     @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
     def elapsed_s(self) -> float | None:
         """Seconds from the start of the stack to its stop (or to now)."""
         if self._started_at is None:

@@ -50,7 +50,8 @@ class ArmSessions:
     def stack(self, arm: str) -> HaicoStack:
         """The arm's running stack, started (and its conversations queued) on first use."""
         session = self._sessions.get(arm)
-        if session is None:
+        # Stopped after the arm's last item, a later hand-written test starts it anew.
+        if session is None or session.stopped:
             if self.gate_failure is not None:
                 raise GateError(self.gate_failure)
             session = self._start(arm)

@@ -182,3 +182,27 @@ def test_a_failed_start_exits_78_with_the_log_tail_and_writes_no_record(
         (next((project.arm_dir("demo") / "runs").iterdir()) / "services.json").read_text()
     )
     assert all(not is_alive(s["pid"]) for s in services["services"] if s["pid"])
+
+
+AFTER_THE_ITEMS = """
+import httpx
+
+
+def test_after_the_campaign_items(haico_stack):
+    response = httpx.get(
+        haico_stack.backend_url + "/api/health",
+        headers={"Authorization": f"Bearer {haico_stack.admin_token}"},
+        trust_env=False,
+    )
+    assert response.status_code == 200
+"""
+
+
+def test_a_test_after_the_arms_last_item_gets_a_running_stack(project: Project) -> None:
+    project.write("arms/demo.toml", "")
+    project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
+    project.write("test_conversations.py", CONVERSATION_TEST)
+    project.write("test_zz_after.py", AFTER_THE_ITEMS)
+    result = project.run("-v")
+    assert result.returncode == 0, result.stdout
+    assert "test_after_the_campaign_items PASSED" in result.stdout
