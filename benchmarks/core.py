@@ -90,8 +90,8 @@ def fill_ledger(root: Path, records: int) -> Path:
 
     Their items are not in the campaign, so every line is read and none deselects.
     """
-    from pytest_haico.records import LedgerRecord, TurnRecord
-    from pytest_haico.verdicts import Verdict
+    from pytest_haico.ledger.records import LedgerRecord, TurnRecord
+    from pytest_haico.ledger.verdicts import Verdict
 
     ledger = root / "results" / "default" / "demo" / "ledger"
     ledger.mkdir(parents=True)
@@ -136,8 +136,8 @@ def fill_ledger(root: Path, records: int) -> Path:
 
 
 def index_peak_mb(ledger: Path) -> float:
-    from pytest_haico.ledger import iter_ledger_dir
-    from pytest_haico.resume import ResumeIndex
+    from pytest_haico.ledger.jsonl import iter_ledger_dir
+    from pytest_haico.ledger.resume import ResumeIndex
 
     tracemalloc.start()
     index = ResumeIndex()

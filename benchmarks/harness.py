@@ -32,12 +32,12 @@ from typing import Any
 
 import httpx
 
-from pytest_haico.driver import ConversationResult, run_conversation
-from pytest_haico.experiment import Arm, Script
-from pytest_haico.runner import Runner
-from pytest_haico.snapshots import VLLM_PROVIDER, Snapshot
-from pytest_haico.verdicts import Verdict
-from pytest_haico.wire import STREAM_PATH
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.driver.conversation import ConversationResult, run_conversation
+from pytest_haico.driver.snapshots import VLLM_PROVIDER, Snapshot
+from pytest_haico.driver.wire import STREAM_PATH
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.runner.loop import Runner
 
 CONVERSATIONS = 200
 TURNS = 3

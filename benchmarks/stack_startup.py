@@ -45,7 +45,7 @@ STACK_TEST = """
 import json
 import time
 
-from pytest_haico.sessions import SESSIONS_KEY
+from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
 
 OUT = {out!r}
 
@@ -54,7 +54,7 @@ def test_stack(request, haico_stack):
     healthy = time.time()
     timings = getattr(haico_stack, "timings", None)
     if timings is None:  # not on the HaicoStack view: read the arm session's stack
-        sessions = request.config.stash[SESSIONS_KEY]
+        sessions = request.config.stash[ARM_RUNS_KEY]
         timings = sessions._sessions[haico_stack.arm].stack.timings
     phases = ("prepare", "healthy", "launched", "ready")
     services = {{

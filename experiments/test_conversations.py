@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_haico import Verdict
-from pytest_haico.arm_session import Conversation
+from pytest_haico import Conversation, Verdict
 
 
 def test_conversation(haico_conversation: Conversation) -> None:

@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from pytest_haico.config.items import ItemSpec, first_per_stratum, group_by_arm, in_shard
+from pytest_haico.config.settings import ExitMode, Settings
 from pytest_haico.errors import GateError, InfraError, RateLimitedError, StackError
-from pytest_haico.items import ItemSpec, first_per_stratum, group_by_arm, in_shard
-from pytest_haico.ledger import iter_ledger_dir
-from pytest_haico.recorder import ATTEMPT_KEY, ItemAttempt, Recorder, utc_now
-from pytest_haico.records import ErrorInfo
-from pytest_haico.resume import ResumeIndex
-from pytest_haico.sessions import ArmSessions
-from pytest_haico.settings import ExitMode, Settings
-from pytest_haico.verdicts import Verdict
+from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder, utc_now
+from pytest_haico.ledger.records import ErrorInfo
+from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.runner.arm_runs import ArmRuns
 
 ITEM_PARAM = "haico_item"
 EXIT_RESUBMIT = 75
@@ -45,7 +45,7 @@ class CampaignPlugin:
         settings: Settings,
         specs: list[ItemSpec],
         recorder: Recorder,
-        sessions: ArmSessions,
+        sessions: ArmRuns,
     ) -> None:
         self.settings = settings
         self.specs = specs

@@ -9,17 +9,17 @@ import pytest
 import pytest_asyncio
 
 from pytest_haico.errors import InfraError, RateLimitedError
-from pytest_haico.recorder import ATTEMPT_KEY
-from pytest_haico.sessions import SESSIONS_KEY, ArmSessions
-from pytest_haico.verdicts import Verdict
+from pytest_haico.ledger.recorder import ATTEMPT_KEY
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.runner.arm_runs import ARM_RUNS_KEY, ArmRuns
 
 # The stack's and the driver's modules load when a test first asks for them, not at
 # every pytest start: a campaign of plain items never pays for them.
 if TYPE_CHECKING:
     import httpx
 
-    from pytest_haico.arm_session import Conversation, HaicoStack
-    from pytest_haico.items import ItemSpec
+    from pytest_haico.config.items import ItemSpec
+    from pytest_haico.runner.arm_run import Conversation, HaicoStack
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
     state = request.node.stash.get(ATTEMPT_KEY, None)
     if state is None:
         raise pytest.UsageError(f"haico: {request.node.nodeid} is not a selected campaign item")
-    from pytest_haico.runner import NotAdmitted
+    from pytest_haico.runner.loop import NotAdmitted
 
     try:
         conversation = _sessions(request).conversation(state)
@@ -79,8 +79,8 @@ async def haico_client(haico_stack: HaicoStack) -> AsyncIterator[httpx.AsyncClie
         yield client
 
 
-def _sessions(request: pytest.FixtureRequest) -> ArmSessions:
-    sessions = request.config.stash.get(SESSIONS_KEY, None)
+def _sessions(request: pytest.FixtureRequest) -> ArmRuns:
+    sessions = request.config.stash.get(ARM_RUNS_KEY, None)
     if sessions is None:
         raise pytest.UsageError(
             "haico: no campaign was loaded: is there an experiments directory with arms/?"

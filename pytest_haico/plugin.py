@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.config.settings import Profile, Settings, add_options, resolve_settings
 from pytest_haico.errors import ConfigError
-from pytest_haico.settings import Profile, Settings, add_options, resolve_settings
 
 CAMPAIGN_PLUGIN = "haico-campaign"
 FIXTURES_PLUGIN = "haico-fixtures"
@@ -42,12 +42,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # Heavy imports only when there is a campaign to run.
     from pytest_haico.campaign import CampaignPlugin
-    from pytest_haico.cluster_env import load_cluster_env
-    from pytest_haico.experiment import load_experiments
-    from pytest_haico.items import build_item_specs
-    from pytest_haico.recorder import Recorder
-    from pytest_haico.sessions import SESSIONS_KEY, ArmSessions
-    from pytest_haico.slurm import SlurmJob
+    from pytest_haico.config.cluster_env import load_cluster_env
+    from pytest_haico.config.experiment import load_experiments
+    from pytest_haico.config.items import build_item_specs
+    from pytest_haico.config.slurm import SlurmJob
+    from pytest_haico.ledger.recorder import Recorder
+    from pytest_haico.runner.arm_runs import ARM_RUNS_KEY, ArmRuns
 
     job = SlurmJob.from_environ(os.environ)
     try:
@@ -73,8 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
         job=job,
         max_attempts=settings.max_attempts,
     )
-    sessions = ArmSessions(settings, experiments.arms, recorder)
-    config.stash[SESSIONS_KEY] = sessions
+    sessions = ArmRuns(settings, experiments.arms, recorder)
+    config.stash[ARM_RUNS_KEY] = sessions
     config.pluginmanager.register(
         CampaignPlugin(settings, specs, recorder, sessions), CAMPAIGN_PLUGIN
     )

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_haico.config.experiment import iter_scripts, load_arm
 from pytest_haico.errors import ConfigError
-from pytest_haico.experiment import iter_scripts, load_arm
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
 positive = st.integers(min_value=1, max_value=10_000)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_haico.experiment import Arm, Script
-from pytest_haico.identity import backend_identity, item_id, model_identity
-from pytest_haico.settings import Profile
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.config.identity import backend_identity, item_id, model_identity
+from pytest_haico.config.settings import Profile
 
 SCRIPT = {
     "id": "plan",

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.ledger import LedgerWriter, iter_ledger, iter_ledger_dir
-from pytest_haico.records import LedgerRecord
-from pytest_haico.resume import ResumeIndex
-from pytest_haico.verdicts import Verdict
+from pytest_haico.ledger.jsonl import LedgerWriter, iter_ledger, iter_ledger_dir
+from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.ledger.verdicts import Verdict
 
 
 def make_record(

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_haico.driver import ConversationProgress, run_conversation
-from pytest_haico.experiment import Arm, Script
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.driver.conversation import ConversationProgress, run_conversation
 from tests.driver.driver_fakes import (
     BACKEND,
     ENDPOINT,

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from pytest_haico.driver import ConversationResult
-from pytest_haico.experiment import Arm, Script
-from pytest_haico.snapshots import Snapshot
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.driver.conversation import ConversationResult
+from pytest_haico.driver.snapshots import Snapshot
 
 SERVED = "qwen32b"
 TOKEN = "tok-3f9a1c77e2b84d0e9b1d"

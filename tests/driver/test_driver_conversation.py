@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.driver import ConversationProgress, make_thread_id
-from pytest_haico.verdicts import Verdict
+from pytest_haico.driver.conversation import ConversationProgress, make_thread_id
+from pytest_haico.ledger.verdicts import Verdict
 from tests.driver.driver_fakes import (
     TOKEN,
     Converse,

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_haico import driver
-from pytest_haico.driver import run_conversation
-from pytest_haico.verdicts import Verdict
+from pytest_haico.driver import conversation as driver
+from pytest_haico.driver.conversation import run_conversation
+from pytest_haico.ledger.verdicts import Verdict
 from tests.driver.driver_fakes import (
     ENDPOINT,
     THREAD,

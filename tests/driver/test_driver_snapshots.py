@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from pytest_haico.snapshots import snapshot_from_row
+from pytest_haico.driver.snapshots import snapshot_from_row
 
 
 def test_row_ids_of_any_sql_type_become_strings() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_haico.sse import SSEDecoder
+from pytest_haico.driver.sse import SSEDecoder
 
 # Non-ASCII text (multi-byte UTF-8), a comment, fields the driver ignores, an
 # event without data, CRLF, CR and LF line ends, multi-line data, and a last

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from pytest_haico import driver
-from pytest_haico.verdicts import Verdict
+from pytest_haico.driver import conversation as driver
+from pytest_haico.ledger.verdicts import Verdict
 from tests.driver.driver_fakes import (
     Converse,
     FakeBackend,

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from pytest_haico import transcripts
+from pytest_haico.driver import transcripts
+from pytest_haico.driver.transcripts import TranscriptWriter
+from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.redact import Redactor
-from pytest_haico.rundir import ArmPaths
-from pytest_haico.transcripts import TranscriptWriter
 
 
 def test_transcript_path_follows_the_results_layout(tmp_path: Path) -> None:

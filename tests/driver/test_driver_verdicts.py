@@ -6,8 +6,8 @@ import httpx
 import psycopg
 import pytest
 
-from pytest_haico.snapshots import Snapshot
-from pytest_haico.verdicts import Verdict
+from pytest_haico.driver.snapshots import Snapshot
+from pytest_haico.ledger.verdicts import Verdict
 from tests.driver.driver_fakes import (
     CANNED,
     SERVED,

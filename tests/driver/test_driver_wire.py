@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytest_haico import wire
+from pytest_haico.driver import wire
 from tests.driver.driver_fakes import make_arm, make_script
 
 

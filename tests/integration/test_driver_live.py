@@ -15,12 +15,12 @@ import httpx
 import psycopg
 import pytest
 
-from pytest_haico.driver import ConversationResult, make_thread_id, run_conversation
-from pytest_haico.experiment import Arm, Script
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.driver.conversation import ConversationResult, make_thread_id, run_conversation
+from pytest_haico.driver.snapshots import VLLM_PROVIDER, PostgresSnapshotReader
+from pytest_haico.ledger.verdicts import Outcome, Verdict
 from pytest_haico.redact import Redactor
-from pytest_haico.snapshots import VLLM_PROVIDER, PostgresSnapshotReader
 from pytest_haico.stack.profiles import Stack, build_local_stack
-from pytest_haico.verdicts import Outcome, Verdict
 
 SERVED_NAME = "live"
 TURN_TIMEOUT_S = 30.0

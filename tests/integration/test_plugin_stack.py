@@ -137,7 +137,7 @@ def test_ctrl_c_stops_every_service(project: Project, tmp_path: Path) -> None:
 BROKEN_BACKEND = """
 import sys
 
-import pytest_haico.arm_session as arm_session
+import pytest_haico.runner.arm_run as arm_session
 
 _real = arm_session.build_local_stack
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_haico.runner import Runner
+from pytest_haico.runner.loop import Runner
 
 AnyRunner = Runner[str, Any, Any]
 MakeRunner = Callable[..., AnyRunner]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_haico.breaker import CircuitBreaker
+from pytest_haico.runner.breaker import CircuitBreaker
 
 
 def feed(breaker: CircuitBreaker, pattern: str) -> list[bool]:

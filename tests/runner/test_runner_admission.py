@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from pytest_haico.runner import NotAdmitted, Runner
+from pytest_haico.runner.loop import NotAdmitted, Runner
 from tests.runner.conftest import TIMEOUT, Gates, MakeRunner
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_haico.runner import NotAdmitted, Runner
+from pytest_haico.runner.loop import NotAdmitted, Runner
 from tests.runner.conftest import TIMEOUT, Gates, MakeRunner, echo
 
 

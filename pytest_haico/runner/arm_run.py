@@ -12,26 +12,26 @@ from pathlib import Path
 
 import httpx
 
-from pytest_haico.breaker import CircuitBreaker
-from pytest_haico.driver import (
+from pytest_haico.config.experiment import Arm
+from pytest_haico.config.items import ItemSpec
+from pytest_haico.driver.conversation import (
     ConversationProgress,
     ConversationResult,
     make_thread_id,
     run_conversation,
 )
+from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import StackError
-from pytest_haico.experiment import Arm
-from pytest_haico.items import ItemSpec
-from pytest_haico.recorder import ItemAttempt, Recorder
-from pytest_haico.records import ErrorInfo, LedgerRecord
+from pytest_haico.ledger.recorder import ItemAttempt, Recorder
+from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
+from pytest_haico.ledger.rundir import ArmPaths, RunClaim
+from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import Redactor
-from pytest_haico.rundir import ArmPaths, RunClaim
-from pytest_haico.runner import Runner
-from pytest_haico.snapshots import PostgresSnapshotReader
+from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.loop import Runner
 from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import Stack, build_local_stack
 from pytest_haico.stack.service import read_log_tail
-from pytest_haico.verdicts import Verdict
 
 _log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Conversation:
         return text
 
 
-class ArmSession:
+class ArmRun:
     """The arm's stack, an event-loop runner keeping its conversations in flight, and their
     records. `start` and `stop` run on pytest's main thread (services must be spawned there).
     """

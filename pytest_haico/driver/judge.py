@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pytest_haico import wire
-from pytest_haico.experiment import Arm, Turn
-from pytest_haico.records import ErrorInfo, TurnRecord
-from pytest_haico.snapshots import VLLM_PROVIDER, Snapshot
-from pytest_haico.verdicts import Verdict
+from pytest_haico.config.experiment import Arm, Turn
+from pytest_haico.driver import wire
+from pytest_haico.driver.snapshots import VLLM_PROVIDER, Snapshot
+from pytest_haico.ledger.records import ErrorInfo, TurnRecord
+from pytest_haico.ledger.verdicts import Verdict
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import psycopg
 
-from pytest_haico import wire
-from pytest_haico.experiment import Arm, Script, Turn
-from pytest_haico.judge import (
+from pytest_haico.config.experiment import Arm, Script, Turn
+from pytest_haico.driver import wire
+from pytest_haico.driver.judge import (
     Finding,
     TurnState,
     judge_snapshot,
@@ -24,12 +24,12 @@ from pytest_haico.judge import (
     judge_turn,
     make_finding,
 )
-from pytest_haico.records import ErrorInfo, TurnRecord
+from pytest_haico.driver.snapshots import Snapshot, SnapshotReader, read_snapshot
+from pytest_haico.driver.sse import SSEDecoder
+from pytest_haico.driver.transcripts import TranscriptWriter
+from pytest_haico.ledger.records import ErrorInfo, TurnRecord
+from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
-from pytest_haico.snapshots import Snapshot, SnapshotReader, read_snapshot
-from pytest_haico.sse import SSEDecoder
-from pytest_haico.transcripts import TranscriptWriter
-from pytest_haico.verdicts import Verdict, resolve_verdict
 
 # After one of these the rest of the script is not sent: the backend is down or
 # refusing, or the turns would run on a model the arm does not name (a real

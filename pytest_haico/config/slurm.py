@@ -6,8 +6,6 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_haico.records import SlurmInfo
-
 
 @dataclass(frozen=True)
 class SlurmJob:
@@ -37,15 +35,3 @@ class SlurmJob:
     @property
     def in_array(self) -> bool:
         return self.array_task_id is not None
-
-    def record(self) -> SlurmInfo | None:
-        """The ledger's `slurm` block, or None outside a job."""
-        if not self.in_job:
-            return None
-        return SlurmInfo(
-            job_id=self.job_id,
-            array_job_id=self.array_job_id,
-            array_task_id=self.array_task_id,
-            node=self.node,
-            restart_count=self.restart_count,
-        )

@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_haico.breaker import CircuitBreaker
 from pytest_haico.errors import GateError, StackError
-from pytest_haico.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
+from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
+from pytest_haico.runner.breaker import CircuitBreaker
 
 if TYPE_CHECKING:
-    from pytest_haico.arm_session import ArmSession, Conversation, HaicoStack
-    from pytest_haico.experiment import Arm
-    from pytest_haico.settings import Settings
+    from pytest_haico.config.experiment import Arm
+    from pytest_haico.config.settings import Settings
+    from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
 
 _log = logging.getLogger(__name__)
 
 
-class ArmSessions:
+class ArmRuns:
     """Starts each arm's stack once, keeps its conversations in flight, stops it once."""
 
     def __init__(self, settings: Settings, arms: dict[str, Arm], recorder: Recorder) -> None:
@@ -31,7 +31,7 @@ class ArmSessions:
         self.gate_failure: str | None = None
         self.trip_reason: str | None = None
         self._session: pytest.Session | None = None
-        self._sessions: dict[str, ArmSession] = {}
+        self._sessions: dict[str, ArmRun] = {}
         self._attempts: dict[str, list[ItemAttempt]] = {}
         self._last_nodeid: dict[str, str] = {}
 
@@ -80,12 +80,12 @@ class ArmSessions:
             except Exception:  # one arm's cleanup must not keep the others running
                 _log.exception("haico: stopping the stack of arm %s", arm)
 
-    def _start(self, arm: str) -> ArmSession:
+    def _start(self, arm: str) -> ArmRun:
         # Imported on first use: the stack and driver cost ~0.4 s to import.
-        from pytest_haico.arm_session import ArmSession
+        from pytest_haico.runner.arm_run import ArmRun
 
         settings = self.settings
-        session = ArmSession(
+        session = ArmRun(
             self.arms[arm],
             concurrency=settings.concurrency or self.arms[arm].run.concurrency,
             drain_timeout=settings.drain_timeout,
@@ -113,4 +113,4 @@ class ArmSessions:
             self._session.shouldstop = f"haico: {reason}"
 
 
-SESSIONS_KEY = pytest.StashKey[ArmSessions]()
+ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()

@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from pytest_haico.config.experiment import Arm, Experiments, Script, ScriptSource
+from pytest_haico.config.identity import backend_identity, item_id, model_identity
+from pytest_haico.config.settings import Settings, Shard
 from pytest_haico.errors import ConfigError
-from pytest_haico.experiment import Arm, Experiments, Script, ScriptSource
-from pytest_haico.identity import backend_identity, item_id, model_identity
-from pytest_haico.settings import Settings, Shard
 
 _T = TypeVar("_T")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pytest_haico.ledger import RawRecord, Warn
-from pytest_haico.verdicts import Verdict
+from pytest_haico.ledger.jsonl import RawRecord, Warn
+from pytest_haico.ledger.verdicts import Verdict
 
 
 @dataclass(frozen=True, slots=True)

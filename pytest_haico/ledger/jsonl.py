@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.records import SCHEMA_VERSION, LedgerRecord
+from pytest_haico.ledger.records import SCHEMA_VERSION, LedgerRecord
 
 Warn = Callable[[str], None]
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_haico.slurm import SlurmJob
+from pytest_haico.config.slurm import SlurmJob
 
 
 def job_part(job: SlurmJob, *, pid: int | None = None, now: float | None = None) -> str:

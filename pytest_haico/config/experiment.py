@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pytest_haico.config.validation import FieldError as _FieldError
+from pytest_haico.config.validation import describe_validation_error
 from pytest_haico.errors import ConfigError
-from pytest_haico.validation import FieldError as _FieldError
-from pytest_haico.validation import describe_validation_error
 
 _M = TypeVar("_M", bound=BaseModel)
 

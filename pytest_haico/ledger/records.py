@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_haico.verdicts import Outcome, Verdict
+from pytest_haico.ledger.verdicts import Outcome, Verdict
 
 SCHEMA_VERSION = 1
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from pytest_haico import __version__
-from pytest_haico.items import ItemSpec
-from pytest_haico.ledger import LedgerWriter
-from pytest_haico.records import ErrorInfo, LedgerRecord, TurnRecord
-from pytest_haico.rundir import ArmPaths, RunClaim, claim_run_dir, job_part
-from pytest_haico.slurm import SlurmJob
-from pytest_haico.verdicts import Verdict
+from pytest_haico.config.items import ItemSpec
+from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.ledger.jsonl import LedgerWriter
+from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
+from pytest_haico.ledger.rundir import ArmPaths, RunClaim, claim_run_dir, job_part
+from pytest_haico.ledger.verdicts import Verdict
 
 
 def utc_now() -> datetime:
@@ -110,7 +110,7 @@ class Recorder:
                 backend_identity=spec.backend_identity,
                 turns=tuple(turns),
                 error=error,
-                slurm=self.job.record(),
+                slurm=slurm_info(self.job),
                 harness_version=__version__,
             )
             self._writers[spec.arm.name].append(record)
@@ -145,3 +145,16 @@ class Recorder:
             self._claims[arm] = claim
             self._writers[arm] = LedgerWriter(paths.ledger(claim.run_id))
         return claim
+
+
+def slurm_info(job: SlurmJob) -> SlurmInfo | None:
+    """The ledger's `slurm` block for this job, or None outside a job."""
+    if not job.in_job:
+        return None
+    return SlurmInfo(
+        job_id=job.job_id,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        node=job.node,
+        restart_count=job.restart_count,
+    )

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_haico.config.experiment import Arm, Turn
 from pytest_haico.errors import InfraError
-from pytest_haico.experiment import Arm, Turn
 
 STREAM_PATH = "/api/query/stream_steps/sse"
 

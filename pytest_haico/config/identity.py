@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_haico import __version__
-from pytest_haico.experiment import Arm, Script
-from pytest_haico.settings import Profile
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.config.settings import Profile
 
 # Sharded checkpoints name their shards in an index; single-file ones have none.
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")

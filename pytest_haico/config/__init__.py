@@ -1,0 +1,7 @@
+"""The campaign's configuration: options resolved once into `Settings`, arms and scripts,
+their validation, cluster.env, the Slurm job's identity, and the items with their item_ids
+and shards.
+
+May import: `pytest_haico.errors` and the shared helpers only (nothing of the ledger,
+the driver, the runner or the stack).
+"""

@@ -1,0 +1,91 @@
+"""The package's parts import each other one way only (see `pytest_haico/__init__.py`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import pytest_haico
+
+PACKAGE = Path(pytest_haico.__file__).parent
+SHARED = {"pytest_haico", "pytest_haico.errors", "pytest_haico.redact"}
+
+# part -> the parts it may import (besides itself and the shared helpers)
+ALLOWED: dict[str, set[str]] = {
+    "config": set(),
+    "ledger": {"config"},
+    "driver": {"config", "ledger.records", "ledger.verdicts"},
+    "stack": {"config"},
+    "runner": {"config", "ledger", "driver", "stack"},
+    "standins": set(),
+}
+
+
+def _part(module: str) -> str | None:
+    """The part a `pytest_haico.*` module belongs to, or None for a top-level module."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[1] in ALLOWED:
+        return parts[1]
+    return None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every `pytest_haico` module the file imports, at any depth (lazy imports too)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("pytest_haico")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "pytest_haico":
+                # `from pytest_haico import x`: a submodule or a name of the root package.
+                found += [
+                    (node.lineno, f"pytest_haico.{a.name}")
+                    if (PACKAGE / a.name).is_dir() or (PACKAGE / f"{a.name}.py").is_file()
+                    else (node.lineno, "pytest_haico")
+                    for a in node.names
+                ]
+            elif node.module.startswith("pytest_haico."):
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _is_allowed(importer: str, imported: str) -> bool:
+    if imported in SHARED:
+        return True
+    part = _part(importer)
+    if part is None:
+        return True  # plugin.py, campaign.py, fixtures.py: the switchboard sees everything
+    target = imported.removeprefix("pytest_haico.")
+    if target.split(".")[0] == part:
+        return True
+    return any(target == allowed or target.startswith(allowed + ".") for allowed in ALLOWED[part])
+
+
+def _modules() -> list[tuple[str, Path]]:
+    modules = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        dotted = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        modules.append((dotted.removesuffix(".__init__"), path))
+    return modules
+
+
+@pytest.mark.parametrize(("module", "path"), _modules(), ids=[m for m, _ in _modules()])
+def test_module_imports_only_what_its_part_may(module: str, path: Path) -> None:
+    crossing = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {module} imports {imported}"
+        for line, imported in _imports(path)
+        if not _is_allowed(module, imported)
+    ]
+    assert not crossing, "\n".join(crossing)
+
+
+def test_the_rule_catches_a_crossing_import() -> None:
+    assert not _is_allowed("pytest_haico.ledger.recorder", "pytest_haico.driver.conversation")
+    assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.stack.service")
+    assert not _is_allowed("pytest_haico.stack.postgres", "pytest_haico.standins.llm")
+    assert not _is_allowed("pytest_haico.standins.llm", "pytest_haico.config.settings")
+    assert not _is_allowed("pytest_haico.config.items", "pytest_haico.ledger.records")
+    assert _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.verdicts")
+    assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
