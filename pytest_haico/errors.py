@@ -4,9 +4,13 @@ HaicoError
 ├── ConfigError          a malformed arm, script, option or cluster.env (→ pytest.UsageError)
 ├── InfraError           the stack failed an item (backend or model server down, 5xx, timeout,
 │   │                    broken stream, auth refused); a test body may raise it too
-│   └── RateLimitedError the backend answered 429
-├── StackError           a service failed to start or to stop
-└── GateError            a preflight gate failed (exit 78)
+│   ├── RateLimitedError the backend answered 429
+│   └── WireError        the backend sent something that is not an event of the wire format
+├── StackError           a service failed to start, answer or stop
+│   └── PortInUseError   a co-tenant took a service's port after it was claimed
+├── GateError            a preflight gate failed (exit 78)
+├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
+└── NotAdmittedError     a conversation was never started: the runner had stopped admitting
 """
 
 from __future__ import annotations
@@ -41,3 +45,23 @@ class StackError(HaicoError):
 
 class GateError(HaicoError):
     """A preflight gate failed before the arm's first item."""
+
+
+class WireError(InfraError):
+    """The backend sent something that is not an event of this wire format."""
+
+
+class PortInUseError(StackError):
+    """The service could not bind its port: a co-tenant took it after it was claimed."""
+
+
+class LedgerWriteError(HaicoError):
+    """A record could not be appended and fsynced; the run stops rather than lose it."""
+
+
+class NotAdmittedError(HaicoError):
+    """A submitted conversation was never started: the runner had stopped admitting."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

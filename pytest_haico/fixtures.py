@@ -41,11 +41,11 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
     state = request.node.stash.get(ATTEMPT_KEY, None)
     if state is None:
         raise pytest.UsageError(f"haico: {request.node.nodeid} is not a selected campaign item")
-    from pytest_haico.runner.loop import NotAdmitted
+    from pytest_haico.errors import NotAdmittedError
 
     try:
         conversation = _sessions(request).conversation(state)
-    except NotAdmitted as exc:
+    except NotAdmittedError as exc:
         # Never started (a tripped breaker, a drain): no attempt, so no record.
         pytest.skip(f"haico: not started: {exc.reason}")
     if conversation.verdict is Verdict.RATE_LIMITED:

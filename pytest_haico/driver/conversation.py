@@ -27,6 +27,7 @@ from pytest_haico.driver.judge import (
 from pytest_haico.driver.snapshots import Snapshot, SnapshotReader, read_snapshot
 from pytest_haico.driver.sse import SSEDecoder
 from pytest_haico.driver.transcripts import TranscriptWriter
+from pytest_haico.errors import WireError
 from pytest_haico.ledger.records import ErrorInfo, TurnRecord
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
@@ -277,7 +278,7 @@ class _Conversation:
             if state.terminal is None:
                 message = f"no end of turn within {self.turn_timeout_s:g} s"
                 return make_finding(infra, message, kind="timeout")
-        except wire.WireError as exc:
+        except WireError as exc:
             return make_finding(infra, str(exc), kind="protocol")
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             return make_finding(infra, f"{self.url}: {_describe(exc)}", kind="unreachable")
@@ -305,7 +306,7 @@ class _Conversation:
             state.first_event_s = elapsed
         try:
             payload = wire.parse_payload(data)
-        except wire.WireError:
+        except WireError:
             self._log(state, "event", elapsed_s=elapsed, raw=data)
             raise
         self._log(state, "event", elapsed_s=elapsed, data=payload)
@@ -345,7 +346,7 @@ class _Conversation:
 def _check_content_type(response: httpx.Response) -> None:
     content_type = response.headers.get("content-type", "").partition(";")[0].strip()
     if content_type.lower() != "text/event-stream":
-        raise wire.WireError(f"the response is not an event stream: Content-Type {content_type!r}")
+        raise WireError(f"the response is not an event stream: Content-Type {content_type!r}")
 
 
 def _fields(snapshot: Snapshot) -> dict[str, Any]:

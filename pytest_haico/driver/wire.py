@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_haico.config.experiment import Arm, Turn
-from pytest_haico.errors import InfraError
+from pytest_haico.errors import WireError
 
 STREAM_PATH = "/api/query/stream_steps/sse"
 
@@ -23,10 +23,6 @@ STREAM_PATH = "/api/query/stream_steps/sse"
 CANNED_RECURSION_REPLY = "Sorry, need more steps to process this request."
 
 ERROR_KIND_RECURSION_LIMIT = "recursion_limit"
-
-
-class WireError(InfraError):
-    """The backend sent something that is not an event of this wire format."""
 
 
 class _Wire(BaseModel):

@@ -12,7 +12,7 @@ from functools import partial
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from pytest_haico.errors import HaicoError
+from pytest_haico.errors import NotAdmittedError
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
@@ -21,14 +21,6 @@ T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 _LOOP_SLACK_S = 1.0
-
-
-class NotAdmitted(HaicoError):
-    """A submitted conversation was never started: the runner had stopped admitting."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
 
 
 class _Escaped(Exception):
@@ -125,12 +117,12 @@ class Runner(Generic[K, R, F]):
                 if self._loop is not None:
                     self._loop.call_soon_threadsafe(self._pump)
                 return
-        future.set_exception(NotAdmitted(reason))
+        future.set_exception(NotAdmittedError(reason))
 
     def wait(self, key: K, timeout: float | None = None) -> F:
         """Block until ``key``'s finish() has returned, and return its value.
 
-        Raises what finish() raised, `NotAdmitted` for a key that was never
+        Raises what finish() raised, `NotAdmittedError` for a key that was never
         started, `TimeoutError` after ``timeout`` seconds.
         """
         with self._lock:
@@ -140,7 +132,7 @@ class Runner(Generic[K, R, F]):
         return future.result(timeout)
 
     def stop_admitting(self, reason: str) -> None:
-        """Start nothing more: queued keys end as `NotAdmitted`; the first reason is kept."""
+        """Start nothing more: queued keys end as `NotAdmittedError`; the first reason is kept."""
         with self._lock:
             if self._reason is None:
                 self._reason = reason
@@ -239,7 +231,7 @@ class Runner(Generic[K, R, F]):
             rejected = [self._futures[key] for key, _ in self._queue]
             self._queue.clear()
         for future in rejected:
-            future.set_exception(NotAdmitted(reason))
+            future.set_exception(NotAdmittedError(reason))
 
     # -- the loop thread ----------------------------------------------------------------
 

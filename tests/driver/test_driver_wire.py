@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_haico.driver import wire
+from pytest_haico.errors import WireError
 from tests.driver.driver_fakes import make_arm, make_script
 
 
@@ -90,7 +91,7 @@ def test_error_kind_and_message_are_tolerant() -> None:
     ],
 )
 def test_parse_payload_refuses_non_objects(data: str, problem: str) -> None:
-    with pytest.raises(wire.WireError, match=problem):
+    with pytest.raises(WireError, match=problem):
         wire.parse_payload(data)
 
 
@@ -103,5 +104,5 @@ def test_parse_payload_refuses_non_objects(data: str, problem: str) -> None:
     ],
 )
 def test_malformed_known_events_are_wire_errors(payload: dict[str, Any], problem: str) -> None:
-    with pytest.raises(wire.WireError, match=problem):
+    with pytest.raises(WireError, match=problem):
         wire.parse_event(payload)

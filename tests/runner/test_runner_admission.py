@@ -8,7 +8,8 @@ from functools import partial
 
 import pytest
 
-from pytest_haico.runner.loop import NotAdmitted, Runner
+from pytest_haico.errors import NotAdmittedError
+from pytest_haico.runner.loop import Runner
 from tests.runner.conftest import TIMEOUT, Gates, MakeRunner
 
 
@@ -112,10 +113,10 @@ def test_stop_admitting_rejects_queued_keys_and_lets_in_flight_ones_finish(
     runner.stop_admitting("the walltime is nearly spent")
     runner.stop_admitting("a later reason")
     for key in ["c", "d"]:
-        with pytest.raises(NotAdmitted, match="the walltime is nearly spent"):
+        with pytest.raises(NotAdmittedError, match="the walltime is nearly spent"):
             runner.wait(key, TIMEOUT)
     runner.submit("e", lambda: gates.pass_("e"))
-    with pytest.raises(NotAdmitted) as raised:
+    with pytest.raises(NotAdmittedError) as raised:
         runner.wait("e", TIMEOUT)
     assert raised.value.reason == "the walltime is nearly spent"
     assert runner.stop_reason == "the walltime is nearly spent"
@@ -143,7 +144,7 @@ def test_the_admit_hook_is_asked_before_each_start_and_can_stop_admission(
     runner.start()
     assert runner.wait("k0", TIMEOUT) == runner.wait("k1", TIMEOUT) == "ran"
     for key in ["k2", "k3", "k4"]:
-        with pytest.raises(NotAdmitted, match="2 min left, p95 is 5 min"):
+        with pytest.raises(NotAdmittedError, match="2 min left, p95 is 5 min"):
             runner.wait(key, TIMEOUT)
     assert asked == ["k0", "k1", "k2"]
 
@@ -157,7 +158,7 @@ def test_a_failing_admit_hook_stops_admission_with_its_error(make_runner: MakeRu
 
     runner = make_runner(admit=admit)
     runner.submit("k", converse)
-    with pytest.raises(NotAdmitted, match=r"admission check failed on 'k'.*job's end time"):
+    with pytest.raises(NotAdmittedError, match=r"admission check failed on 'k'.*job's end time"):
         runner.wait("k", TIMEOUT)
 
 
@@ -184,7 +185,7 @@ def test_finish_may_stop_admission_from_its_worker_thread(
         gates.open("k2")
         assert runner.wait("k2", TIMEOUT) == "recorded"
     for key in keys[3:]:
-        with pytest.raises(NotAdmitted, match="failed on infrastructure"):
+        with pytest.raises(NotAdmittedError, match="failed on infrastructure"):
             runner.wait(key, TIMEOUT)
         assert not gates.started(key).is_set()
 

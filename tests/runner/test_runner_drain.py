@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from pytest_haico.runner.loop import NotAdmitted, Runner
+from pytest_haico.errors import NotAdmittedError
+from pytest_haico.runner.loop import Runner
 from tests.runner.conftest import TIMEOUT, Gates, MakeRunner, echo
 
 
@@ -32,7 +33,7 @@ def test_drain_waits_for_in_flight_conversations_and_their_records(
     assert time.monotonic() - started < TIMEOUT / 2
     # Both are settled the moment drain returns: no waiting.
     assert runner.wait("a", timeout=0) == "answer"
-    with pytest.raises(NotAdmitted, match="USR1"):
+    with pytest.raises(NotAdmittedError, match="USR1"):
         runner.wait("queued", timeout=0)
     assert runner.in_flight == 0
 
@@ -94,7 +95,7 @@ def test_close_cancels_what_is_in_flight_and_joins_the_loop_thread(gates: Gates)
     assert not [thread for thread in threading.enumerate() if thread.name == "test-close"]
     runner.close()  # idempotent
     runner.submit("late", lambda: gates.pass_("late"))
-    with pytest.raises(NotAdmitted, match="the runner is closed"):
+    with pytest.raises(NotAdmittedError, match="the runner is closed"):
         runner.wait("late", timeout=0)
     with pytest.raises(RuntimeError, match="already started or closed"):
         runner.start()
@@ -107,7 +108,7 @@ def test_close_without_start_rejects_what_was_queued() -> None:
     runner: Runner[str, None, object] = Runner(concurrency=1, finish=echo)
     runner.submit("k", converse)
     runner.close()
-    with pytest.raises(NotAdmitted, match="the runner is closed"):
+    with pytest.raises(NotAdmittedError, match="the runner is closed"):
         runner.wait("k", timeout=0)
 
 
