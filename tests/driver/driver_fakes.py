@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.driver.conversation import ConversationResult
 from pytest_haico.driver.snapshots import Snapshot
+from pytest_haico.standins.backend_wire import ErrorKind, error_event, sse_data
 
 SERVED = "qwen32b"
 TOKEN = "tok-3f9a1c77e2b84d0e9b1d"
@@ -25,9 +26,11 @@ CANNED = "Sorry, need more steps to process this request."
 
 
 def sse(payload: dict[str, Any] | str) -> bytes:
-    """One SSE event carrying ``payload`` (JSON-encoded unless it is a string)."""
-    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    return f"data: {data}\n\n".encode()
+    """One SSE event carrying ``payload``: encoded as the stand-in backend encodes its
+    events, or sent verbatim when it is a string (to test malformed data)."""
+    if isinstance(payload, str):
+        return f"data: {payload}\n\n".encode()
+    return sse_data(payload).encode()
 
 
 def step(
@@ -79,7 +82,8 @@ def complete(
 
 
 def error(kind: str, message: str = "boom") -> bytes:
-    return sse({"type": "error", "kind": kind, "error": message})
+    # An unknown kind is sent too: the driver must treat it as the backend's error.
+    return sse(error_event(cast(ErrorKind, kind), message))
 
 
 def answer(text: str = "Here is the plan.", **kwargs: Any) -> list[bytes]:
