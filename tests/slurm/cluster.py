@@ -1,0 +1,193 @@
+"""A real single-node Slurm (munge, slurmctld, slurmd) in a private directory, for the tests.
+
+Everything lives under one base directory of mode 0700: a private munge key and socket,
+slurm.conf, state, spool, pid and log files. Daemons are stopped by the PIDs in their pid
+files, never by name. The recipe is the one verified in the project's notes (Slurm 22.05,
+Debian 12, root, no systemd, no cgroups).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "salloc", "srun")
+
+
+def missing_requirements() -> str | None:
+    """Why a real Slurm cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "the Slurm daemons need root (SlurmUser=root)"
+    missing = [name for name in (*DAEMONS, *CLIENTS, "munge") if shutil.which(name) is None]
+    if missing and not all(Path(f"/usr/sbin/{m}").exists() for m in missing):
+        return f"Slurm is not installed (missing: {', '.join(missing)}); see .ci/run"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _node_line() -> str:
+    """`slurmd -C`'s node line, so CPUs and memory match the machine."""
+    first = subprocess.run(
+        ["slurmd", "-C"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[0]
+    return f"{first} NodeAddr=127.0.0.1 State=UNKNOWN"
+
+
+@dataclass
+class SlurmCluster:
+    """One private Slurm cluster; `env` points its client commands at it."""
+
+    base: Path
+
+    @property
+    def conf(self) -> Path:
+        return self.base / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.base / "munge" / "socket"
+
+    @property
+    def jobcomp(self) -> Path:
+        return self.base / "log" / "jobcomp.txt"
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return {"SLURM_CONF": str(self.conf)}
+
+    def write_config(self) -> None:
+        self.base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for sub in ("munge", "state", "spool", "log", "run"):
+            (self.base / sub).mkdir(mode=0o700, exist_ok=True)
+        key = self.base / "munge" / "munge.key"
+        key.write_bytes(secrets.token_bytes(128))
+        key.chmod(0o600)
+        host = socket.gethostname().split(".")[0]
+        lines = [
+            "ClusterName=haicotest",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket},cred_expire=5",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={self.jobcomp}",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1",
+            "DependencyParameters=kill_invalid_depend",
+            "KillWait=5",
+            "OverTimeLimit=0",
+            "MinJobAge=300",
+            "MailProg=/bin/true",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "ReturnToService=2",
+            f"StateSaveLocation={self.base / 'state'}",
+            f"SlurmdSpoolDir={self.base / 'spool'}",
+            f"SlurmctldPidFile={self.base / 'run' / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.base / 'run' / 'slurmd.pid'}",
+            f"SlurmctldLogFile={self.base / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={self.base / 'log' / 'slurmd.log'}",
+            _node_line(),
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP",
+        ]
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Write the config and start munged, slurmctld and slurmd; ready when the node is idle."""
+        self.write_config()
+        munge = self.base / "munge"
+        subprocess.run(
+            [
+                "munged",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={munge / 'munge.key'}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--log-file={munge / 'munged.log'}",
+                f"--seed-file={munge / 'munged.seed'}",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        env = {**os.environ, **self.env}
+        subprocess.run(["slurmctld"], env=env, check=True, capture_output=True)
+        subprocess.run(["slurmd"], env=env, check=True, capture_output=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.run("sinfo", "-h", "-o", "%T").stdout.strip()
+            if state == "idle":
+                return
+            for daemon in ("slurmctld", "slurmd"):
+                pid = self._pid(daemon)
+                if pid is None or not _alive(pid):
+                    raise RuntimeError(f"{daemon} died at start:\n{self.log_tail(daemon)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the node is {state!r}, not idle, after {timeout} s")
+            time.sleep(0.1)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop every daemon by its PID file: SIGTERM, then SIGKILL after `grace` seconds."""
+        for daemon in ("slurmd", "slurmctld", "munged"):
+            pid = self._pid(daemon)
+            if pid is None or not _alive(pid):
+                continue
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+    def run(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster."""
+        return subprocess.run(
+            argv, env={**os.environ, **self.env}, capture_output=True, text=True, check=check
+        )
+
+    def log_tail(self, daemon: str, lines: int = 20) -> str:
+        path = self.base / "log" / f"{daemon}.log"
+        if not path.exists():
+            return f"(no {path})"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _pid(self, daemon: str) -> int | None:
+        path = (
+            self.base / "munge" / "munged.pid"
+            if daemon == "munged"
+            else self.base / "run" / f"{daemon}.pid"
+        )
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(") ")[2][:1] != "Z"
