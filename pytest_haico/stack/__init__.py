@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pytest_haico.stack.janitor import Registry, ServiceRecord, reap_orphans
+from pytest_haico.stack.janitor import Reaped, Registry, ServiceRecord, reap_orphans
 from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
+from pytest_haico.stack.pgbinaries import embedded_bin_dir
 from pytest_haico.stack.ports import PortPool, derive_base_port, is_port_free, reap_stale_claims
 from pytest_haico.stack.postgres import PostgresBinaries, PostgresService, find_postgres_binaries
 from pytest_haico.stack.profiles import HttpService, Stack, build_local_stack
@@ -24,6 +25,7 @@ __all__ = [
     "PortPool",
     "PostgresBinaries",
     "PostgresService",
+    "Reaped",
     "Registry",
     "Service",
     "ServiceProcess",
@@ -32,6 +34,7 @@ __all__ = [
     "Stack",
     "build_local_stack",
     "derive_base_port",
+    "embedded_bin_dir",
     "find_postgres_binaries",
     "is_port_free",
     "new_secret",

@@ -68,14 +68,16 @@ class _Preparation:
 class Orchestrator:
     """Starts services in dependency order, in parallel where allowed; stops them in reverse.
 
-    Launching a service claims its port and runs its `prepare` in a worker thread, so a
-    slow preparation overlaps the other services' start-up; the service is spawned (from
+    Launching a service claims its port, has it `reserve` its directories (recorded in
+    the registry at once) and runs its `prepare` in a worker thread, so a slow
+    preparation overlaps the other services' start-up; the service is spawned (from
     this thread) once it is prepared. A service is launched once every service it
     `requires` is healthy, and once every service it `waits_for` is launched: the latter
     is spawned while those still start, but counts as healthy only after they do, and is
     respawned if one of them has to move to another port. Services spawned together are
-    polled together. Before anything starts, the janitor reaps orphans of dead sessions
-    on this node.
+    polled together; one that was healthy and died meanwhile fails the start at once,
+    named with its log. Before anything starts, the janitor reaps orphans of dead
+    sessions on this node.
     """
 
     def __init__(
@@ -176,6 +178,7 @@ class Orchestrator:
                 pid=process.pid if process else None,
                 pgid=process.pid if process else None,  # start_new_session: pid = group id
                 start_time=process.start_time if process else None,
+                uid=process.uid if process else None,
                 port=process.port if process else None,
                 log=str(self.log_path(service.name)),
                 cleanup=tuple(str(path) for path in service.cleanup_paths),
@@ -200,6 +203,13 @@ class Orchestrator:
     def _launch(self, service: Service) -> None:
         port = self._ports.claim(service.name)
         self._ports_of[service.name] = port
+        # Recorded before prepare fills them: a kill -9 mid-copy leaves them to the janitor.
+        service.reserve()
+        try:
+            self._record(service, None)
+        except BaseException:
+            service.cleanup()
+            raise
         self._preparations[service.name] = _Preparation(
             service, self.log_path(service.name), self._wake
         )
@@ -264,8 +274,8 @@ class Orchestrator:
                     continue
                 if preparation.error is not None:
                     raise preparation.error
-                self._record(service, None)
                 waiting.append(self._spawn(service, 1))
+            self._check_started(waiting)
             progressed = False
             for process in list(waiting):
                 if process not in waiting:  # replaced by a respawn in this pass
@@ -285,6 +295,15 @@ class Orchestrator:
                     progressed = True
             if not progressed and (waiting or self._preparations):
                 self._wake.wait(self._poll)
+
+    def _check_started(self, waiting: list[ServiceProcess]) -> None:
+        """Fail at once, naming it, if a service that was healthy has died meanwhile."""
+        starting = [s.name for s in self.services if s.name not in self._healthy]
+        verb = "was" if len(starting) == 1 else "were"
+        for service in self.services:
+            process = self._processes.get(service.name)
+            if process is not None and process not in waiting:
+                process.check_running(during=f"while {', '.join(starting)} {verb} starting")
 
     def _healthy_now(self, process: ServiceProcess) -> None:
         name = process.service.name

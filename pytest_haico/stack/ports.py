@@ -16,7 +16,13 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pytest_haico.errors import StackError
-from pytest_haico.stack.service import default_state_dir, is_alive, read_proc_stat
+from pytest_haico.stack.procfs import is_alive, read_proc_stat
+from pytest_haico.stack.statedir import (
+    ensure_private_dir,
+    read_owned_file,
+    resolve_state_dir,
+    write_private_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -90,24 +96,19 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _read_claim(path: Path) -> PortClaim | None:
+    """The claim at `path`; raises StackError if the file is not ours (a symlink, another's)."""
+    if not os.path.lexists(path):
+        return None
     try:
-        return PortClaim.model_validate_json(path.read_bytes())
+        return PortClaim.model_validate_json(read_owned_file(path))
     except FileNotFoundError:
         return None
-    except (OSError, ValidationError):
-        return None  # a torn or foreign file: treated as no claim, overwritten under the lock
+    except ValidationError:
+        return None  # a torn file of ours: treated as no claim, overwritten under the lock
 
 
 def _claims_dir(state_dir: Path) -> Path:
-    path = state_dir / "ports"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
-
-def _write_atomically(path: Path, data: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
+    return ensure_private_dir(state_dir / "ports", what="the port claim directory")
 
 
 class PortPool:
@@ -126,7 +127,7 @@ class PortPool:
         high: int = PORT_HIGH,
         lock_timeout: float = 30.0,
     ) -> None:
-        self.state_dir = state_dir if state_dir is not None else default_state_dir()
+        self.state_dir = resolve_state_dir(state_dir)
         self.low = low
         self.high = high
         self.job = job_label(env)
@@ -152,7 +153,11 @@ class PortPool:
                     path = claims / f"{port}.json"
                     if port in self._claimed:
                         continue
-                    existing = _read_claim(path)
+                    try:
+                        existing = _read_claim(path)
+                    except StackError as exc:
+                        logger.warning("skipping port %d: its claim %s", port, exc)
+                        continue
                     if existing is not None and not existing.is_stale():
                         continue
                     if not is_port_free(port):
@@ -166,7 +171,7 @@ class PortPool:
                         service=service,
                         claimed_at=time.time(),
                     )
-                    _write_atomically(path, claim.model_dump_json())
+                    write_private_file(path, claim.model_dump_json())
                     self._claimed[port] = path
                     logger.debug("claimed port %d for %s", port, service)
                     return port
@@ -182,7 +187,7 @@ class PortPool:
         path = self._claimed.pop(port, None)
         if path is None:
             return
-        with self._lock:
+        with self._lock, contextlib.suppress(StackError):
             claim = _read_claim(path)
             if claim is not None and claim.pid == os.getpid():
                 path.unlink(missing_ok=True)
@@ -194,13 +199,17 @@ class PortPool:
 
 
 def reap_stale_claims(state_dir: Path | None = None) -> list[PortClaim]:
-    """Remove the claims whose process is dead; returns them."""
-    state_dir = state_dir if state_dir is not None else default_state_dir()
+    """Remove the claims (files of ours only) whose process is dead; returns them."""
+    state_dir = resolve_state_dir(state_dir)
     claims = _claims_dir(state_dir)
     reaped: list[PortClaim] = []
     with FileLock(state_dir / "ports.lock", timeout=30.0):
         for path in claims.glob("*.json"):
-            claim = _read_claim(path)
+            try:
+                claim = _read_claim(path)
+            except StackError as exc:
+                logger.warning("janitor: leaving the port claim alone: %s", exc)
+                continue
             if claim is not None and claim.is_stale():
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()

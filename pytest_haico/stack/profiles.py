@@ -43,6 +43,9 @@ class HttpService:
             raise StackError(f"{self.name} has no port yet: start the stack first")
         return f"http://127.0.0.1:{self.port}"
 
+    def reserve(self) -> None:
+        """Nothing to make: `cleanup_paths`, if any, exist already."""
+
     def prepare(self, log_path: Path) -> None:
         """Nothing to prepare."""
 

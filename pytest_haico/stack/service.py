@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
 import os
 import pwd
 import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,10 +18,15 @@ from secrets import token_urlsafe
 from typing import Protocol
 
 from pytest_haico.errors import StackError
+from pytest_haico.stack.procfs import (
+    death_signal_preexec,
+    read_proc_stat,
+    read_proc_uid,
+    session_listens,
+)
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _TAIL_BYTES = 8192
 _TAIL_LINES = 25
 _KILL_WAIT = 5.0
@@ -53,10 +55,13 @@ class Service(Protocol):
       are claimed, so its start overlaps theirs, counts as healthy only once they are,
       and is respawned if one of them moves to another port;
     * `start_timeout`: seconds from spawn to healthy;
+    * `reserve()` runs once, in the orchestrator's thread, before `prepare`: it makes
+      what `cleanup_paths` names, which the registry records before `prepare` fills it;
     * `prepare(log)` runs once, in a worker thread, before the first spawn;
     * `stop_signal` at stop, `death_signal` when the owner dies (None: no such signal);
     * `secrets` are redacted from our log lines and messages; the janitor removes
-      `cleanup_paths` if the owner dies;
+      `cleanup_paths` if the owner dies (only directories made by
+      `statedir.make_owned_tempdir`, or inside one);
     * `command(port)` for each attempt (a service that failed to bind gets another
       port); `probe(port)` is one health check and never raises; `on_healthy(port)`
       once it passes; `cleanup()` after the process stopped (and prepare returned).
@@ -79,6 +84,7 @@ class Service(Protocol):
     @property
     def cleanup_paths(self) -> tuple[Path, ...]: ...
 
+    def reserve(self) -> None: ...
     def prepare(self, log_path: Path) -> None: ...
     def command(self, port: int) -> Command: ...
     def probe(self, port: int) -> bool: ...
@@ -101,114 +107,6 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 def inherited_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus `extra`: secrets reach a service here, never in argv."""
     return {**os.environ, **(extra or {})}
-
-
-def default_state_dir() -> Path:
-    """The node-local, per-user directory for the service registry and port claims."""
-    path = Path(tempfile.gettempdir()) / f"pytest-haico-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
-
-
-@dataclass(frozen=True)
-class ProcStat:
-    """The fields of /proc/<pid>/stat the lifecycle needs."""
-
-    pid: int
-    state: str
-    pgid: int
-    sid: int
-    start_time: int  # clock ticks since boot: with the pid, identifies a process across pid reuse
-
-
-def read_proc_stat(pid: int) -> ProcStat | None:
-    """The process's stat, or None if there is no such process."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # comm (field 2) may contain spaces and parentheses; everything after the last ")" is plain.
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid, fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
-
-
-def is_alive(pid: int, start_time: int | None = None) -> bool:
-    """Whether `pid` runs (zombies count as dead) and, if given, started at `start_time`."""
-    stat = read_proc_stat(pid)
-    if stat is None or stat.state in ("Z", "X"):
-        return False
-    return start_time is None or stat.start_time == start_time
-
-
-def iter_session(sid: int) -> Iterator[ProcStat]:
-    """Every live process of session `sid` (a service's leader pid is its session id)."""
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            stat = read_proc_stat(int(entry.name))
-            if stat is not None and stat.sid == sid and stat.state not in ("Z", "X"):
-                yield stat
-
-
-def _listening_inodes(port: int) -> set[str]:
-    found: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
-                found.add(f"socket:[{cols[9]}]")
-    return found
-
-
-def session_listens(sid: int, port: int) -> bool | None:
-    """Whether a process of session `sid` holds the listening socket on `port` (None: can't tell).
-
-    A co-tenant may have taken the port; checked before probing, so a probe (and the
-    token it may carry) only ever reaches our own process.
-    """
-    sockets = _listening_inodes(port)
-    if not sockets:
-        return False
-    unreadable = False
-    for stat in iter_session(sid):
-        try:
-            fds = os.listdir(f"/proc/{stat.pid}/fd")
-        except OSError:
-            unreadable = True
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{stat.pid}/fd/{fd}") in sockets:
-                    return True
-            except OSError:
-                continue
-    return None if unreadable else False
-
-
-@functools.cache
-def _prctl() -> Callable[..., int]:
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-def _death_signal_preexec(sig: signal.Signals, parent: int) -> Callable[[], None]:
-    # CPython's child runs setsid, setgroups, setregid, setreuid and only then preexec_fn,
-    # so the death signal is set after the uid switch that would otherwise clear it.
-    prctl = _prctl()  # resolved in the parent: the child only calls it
-
-    def set_death_signal() -> None:
-        if prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
-            os._exit(1)
-
-    return set_death_signal
 
 
 def _user_ids(user: str) -> tuple[int, list[int]]:
@@ -240,6 +138,7 @@ class ServiceProcess:
         self.attempt = attempt
         self.pid: int | None = None
         self.start_time: int | None = None
+        self.uid: int | None = None  # the real uid it runs as, which the janitor checks
         self.spawned_at: float | None = None
         self.healthy_at: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -271,7 +170,7 @@ class ServiceProcess:
         if cmd.user is not None:
             gid, groups = _user_ids(cmd.user)
         sig = self.service.death_signal
-        preexec = _death_signal_preexec(sig, os.getpid()) if sig is not None else None
+        preexec = death_signal_preexec(sig, os.getpid()) if sig is not None else None
         # The parent opens the log: a service running as another user can't open our paths.
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
@@ -298,6 +197,7 @@ class ServiceProcess:
         self.pid = self._proc.pid
         stat = read_proc_stat(self.pid)
         self.start_time = stat.start_time if stat is not None else None
+        self.uid = read_proc_uid(self.pid)  # Popen returns after the exec: the final uid
         logger.info("%s: spawned pid %d on port %d", name, self.pid, self.port)
 
     def log_tail(self) -> str:
@@ -328,6 +228,12 @@ class ServiceProcess:
             f"{self.service.name} {what} (pid {self.pid}, port {self.port}, "
             f"attempt {self.attempt}); last lines of {self.log_path}:\n{self.log_tail()}"
         )
+
+    def check_running(self, *, during: str) -> None:
+        """Raise StackError, with the log tail, if this (healthy) process has exited."""
+        status = self.exit_status()
+        if status is not None:
+            raise StackError(self._failure(f"exited with status {status} {during}"))
 
     def check(self, *, probe: bool = True) -> bool:
         """One health step: True once healthy; raises StackError if it died or ran out of time.

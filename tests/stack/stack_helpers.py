@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pwd
 import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-from pytest_haico.stack import HttpService
+import pytest
+
+from pytest_haico.stack import HttpService, ServiceRecord
+from pytest_haico.stack.janitor import RegistryFile
+from pytest_haico.stack.procfs import read_proc_stat
 
 TINY_SERVICE = Path(__file__).with_name("tiny_service.py")
 STACK_OWNER = Path(__file__).with_name("stack_owner.py")
@@ -54,3 +65,66 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has just exited."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+@contextlib.contextmanager
+def victim() -> Iterator[subprocess.Popen[bytes]]:
+    """A process in its own session (pid = process group) that a bad janitor would kill."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def record_of(process: subprocess.Popen[bytes], name: str = "llm", **fields: Any) -> ServiceRecord:
+    """The record a live owner would have written for `process`; `fields` override."""
+    stat = read_proc_stat(process.pid)
+    assert stat is not None
+    values: dict[str, Any] = {
+        "name": name,
+        "pid": process.pid,
+        "pgid": process.pid,
+        "start_time": stat.start_time,
+        "uid": os.getuid(),
+    }
+    return ServiceRecord(**{**values, **fields})
+
+
+def write_registry(path: Path, records: list[ServiceRecord], *, tmpdir: str | None = None) -> Path:
+    """A registry file of a dead owner on this host, naming `records`."""
+    registry = RegistryFile(
+        host=socket.gethostname(),
+        owner_pid=dead_pid(),
+        owner_start_time=None,
+        tmpdir=tmpdir if tmpdir is not None else tempfile.gettempdir(),
+        updated_at=time.time(),
+        services=records,
+    )
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(registry.model_dump_json())
+    return path
+
+
+def give_to_nobody(*paths: Path, mode: int | None = None) -> None:
+    """chown to nobody (root only), as if another user had made them; `mode` for each."""
+    nobody = pwd.getpwnam("nobody")
+    for path in paths:
+        os.chown(path, nobody.pw_uid, nobody.pw_gid, follow_symlinks=False)
+        if mode is not None:
+            os.chmod(path, mode)
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="only root can make files owned by another user"
+)

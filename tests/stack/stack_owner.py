@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from stack_helpers import tiny
 
 from pytest_haico.errors import StackError
-from pytest_haico.stack import Orchestrator, PortPool, derive_base_port
+from pytest_haico.stack import Orchestrator, PortPool, PostgresService, Service, derive_base_port
 
 
 def main() -> None:
@@ -31,13 +31,16 @@ def main() -> None:
     parser.add_argument("--no-death-signal", action="store_true")
     parser.add_argument("--barrier", action="store_true")
     parser.add_argument("--cleanup", type=Path, action="append", default=[])
+    parser.add_argument("--postgres", action="store_true", help="a PostgresService instead")
     args = parser.parse_args()
     env = {"SLURM_JOB_ID": args.job} if args.job else {}
-    service = tiny(
+    service: Service = tiny(
         f"web{args.id}",
         death_signal=None if args.no_death_signal else signal.SIGKILL,
         cleanup_paths=tuple(args.cleanup),
     )
+    if args.postgres:
+        service = PostgresService()
     orchestrator = Orchestrator(
         [service],
         args.out / f"logs-{args.id}",

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_haico.errors import StackError
 from pytest_haico.stack import Orchestrator, PortPool, ServiceProcess, redact
-from pytest_haico.stack.service import is_alive, iter_session
+from pytest_haico.stack.procfs import is_alive, iter_session
 from tests.stack.stack_helpers import tiny
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 import time
@@ -10,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import StackError
-from pytest_haico.stack import HttpService, Orchestrator
+from pytest_haico.stack import HttpService, Orchestrator, PostgresService
 from pytest_haico.stack.janitor import RegistryFile
-from pytest_haico.stack.service import is_alive
+from pytest_haico.stack.procfs import is_alive
 from tests.stack.stack_helpers import tiny
 
 
@@ -259,4 +261,44 @@ def test_stop_during_start_leaves_nothing_running(tmp_path: Path) -> None:
         stack.start()
     assert not any(is_alive(p.pid or 0) for p in stack.processes.values())
     assert list((tmp_path / "ports").glob("*.json")) == []
+    assert list((tmp_path / "services").glob("*.json")) == []
+
+
+class _KilledOnceHealthy(PostgresService):
+    """Postgres that gets SIGKILL the moment it is healthy (passwords set)."""
+
+    stack: Orchestrator
+
+    def on_healthy(self, port: int) -> None:
+        super().on_healthy(port)
+        pid = self.stack.processes[self.name].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_service_that_dies_while_another_waits_for_it_fails_the_start_at_once(
+    tmp_path: Path,
+) -> None:
+    postgres = _KilledOnceHealthy()
+    # Waits for Postgres, like the stand-in backend, and never answers by itself.
+    backend = HttpService(
+        name="backend",
+        argv=tiny(mode="unhealthy").argv,
+        waits_for=("postgres",),
+        start_timeout=20,
+    )
+    stack = Orchestrator([postgres, backend], tmp_path / "logs", state_dir=tmp_path, reap=False)
+    postgres.stack = stack
+    began = time.monotonic()
+    with pytest.raises(StackError) as caught:
+        stack.start()
+    assert time.monotonic() - began < 10  # not the backend's 20 s
+    message = str(caught.value)
+    pid, port = stack.processes["postgres"].pid, stack.port("postgres")
+    assert message.startswith(
+        f"postgres exited with status -9 while backend was starting (pid {pid}, port {port}, "
+        f"attempt 1); last lines of {tmp_path / 'logs' / 'postgres.log'}:\n"
+    )
+    assert "database system is ready to accept connections" in message
+    assert not any(is_alive(p.pid or 0) for p in stack.processes.values())
     assert list((tmp_path / "services").glob("*.json")) == []

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from pytest_haico.stack import is_port_free, reap_orphans
-from pytest_haico.stack.service import is_alive, iter_session
+from pytest_haico.stack.procfs import is_alive, iter_session
 from tests.stack.stack_helpers import TINY_SERVICE, wait_until
 
 CONFTEST = """
@@ -91,6 +91,10 @@ def test_services_die_with_a_pytest_killed_by_sigkill(tmp_path: Path) -> None:
     # What a SIGKILL leaves behind (the data directory, the registry) is the janitor's.
     run_dir = Path(recorded["run_dir"])
     assert run_dir.exists()
-    assert sorted(r.name for r in reap_orphans(state)) == ["postgres", "web"]
+    reaped = {r.record.name: r for r in reap_orphans(state)}
+    assert set(reaped) == {"postgres", "web"}
+    # Both died with their owner: the janitor only removes the data directory.
+    assert [(r.killed, r.refused) for r in reaped.values()] == [((), ()), ((), ())]
+    assert reaped["postgres"].removed == (run_dir,)
     assert not run_dir.exists()
     assert list((state / "services").glob("*.json")) == []

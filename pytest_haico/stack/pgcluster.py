@@ -1,0 +1,222 @@
+"""A Postgres data directory: the user it belongs to, initdb, and the reusable template.
+
+The template is an initialised cluster kept under $TMPDIR and copied for each run (4-9x
+faster than initdb). Its name is predictable, so another user can create it first: it
+is reused only from a directory of ours that nobody else can write, with its data
+owned by the user the server runs as; otherwise this run initialises its own cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from pytest_haico.errors import StackError
+from pytest_haico.stack.pgbinaries import PostgresBinaries
+from pytest_haico.stack.procfs import death_signal_preexec
+from pytest_haico.stack.service import read_log_tail
+from pytest_haico.stack.statedir import PREFIX, ensure_private_dir, ownership_problem
+
+logger = logging.getLogger(__name__)
+
+SUPERUSER = "postgres"
+READONLY_ROLE = "haico_readonly"
+DATABASE = "haico"
+# Bump when the template's recipe changes, so no session copies an outdated one.
+_TEMPLATE_RECIPE = 3
+_SETUP_TIMEOUT = 120.0
+
+# Run in template1; only it (CREATE DATABASE's default) and haico stay. template0 and the
+# `postgres` database serve no run, and are half the files each run copies: creating
+# files is the copy's cost (steep on ext4 right after a run deleted its copy).
+_SETUP_SQL = f"""\
+CREATE DATABASE {DATABASE}
+CREATE ROLE {READONLY_ROLE} LOGIN
+GRANT pg_read_all_data TO {READONLY_ROLE}
+ALTER ROLE {READONLY_ROLE} SET default_transaction_read_only = on
+ALTER DATABASE template0 IS_TEMPLATE false
+DROP DATABASE template0
+DROP DATABASE {SUPERUSER}
+"""
+
+# No trust anywhere: the launching OS user may use the superuser over the 0700 socket
+# directory by peer credentials (to set the per-run passwords); TCP needs a password.
+_PG_HBA = """\
+local  all  all                 peer map=haico
+host   all  all  127.0.0.1/32   scram-sha-256
+"""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The OS user the server runs as: never root, which Postgres refuses."""
+
+    user: str | None  # None: this process's own user
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+    @classmethod
+    def resolve(cls) -> Owner:
+        """This process's user, or an unprivileged one (postgres, else nobody) under root."""
+        if os.geteuid() != 0:
+            return cls(None, os.geteuid(), os.getegid(), ())
+        for name in ("postgres", "nobody"):
+            try:
+                entry = pwd.getpwnam(name)
+            except KeyError:
+                continue
+            groups = tuple(os.getgrouplist(name, entry.pw_gid))
+            return cls(name, entry.pw_uid, entry.pw_gid, groups)
+        raise StackError("postgres: running as root and neither user postgres nor nobody exists")
+
+    @property
+    def dir_mode(self) -> int:
+        """For a directory of ours holding this user's: 0711 lets it reach its own by name."""
+        return 0o700 if self.user is None else 0o711
+
+    def chown(self, path: Path) -> None:
+        """Give `path` to this user (a no-op unless it is another user)."""
+        if self.user is not None:
+            os.chown(path, self.uid, self.gid, follow_symlinks=False)
+
+    def make_dir(self, path: Path) -> None:
+        """A new 0700 directory of this user's (initdb, cp and the server fill it)."""
+        path.mkdir(mode=0o700)
+        self.chown(path)
+
+    def run(self, argv: list[str], log_path: Path, *, stdin: str | None = None) -> None:
+        """Run a helper (initdb, cp, single-user postgres) as this user, appending to the log.
+
+        It gets SIGKILL if this process dies, so a kill -9 leaves no copy running on into
+        a directory the janitor is about to remove.
+        """
+        with log_path.open("ab") as log:
+            offset = log.tell()
+            log.write(f"--- pytest-haico: {' '.join(argv)}\n".encode())
+            log.flush()
+            try:
+                done = subprocess.run(
+                    argv,
+                    input=stdin.encode() if stdin is not None else None,
+                    stdin=None if stdin is not None else subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"},
+                    cwd=tempfile.gettempdir(),  # our cwd may be closed to this user
+                    user=self.user,
+                    group=self.gid if self.user is not None else None,
+                    extra_groups=list(self.groups) if self.user is not None else None,
+                    preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()),
+                    timeout=_SETUP_TIMEOUT,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise StackError(f"postgres: {argv[0]} failed to run: {exc}") from exc
+        if done.returncode != 0:
+            raise StackError(
+                f"postgres: {Path(argv[0]).name} exited with status {done.returncode}; "
+                f"last lines of {log_path}:\n{read_log_tail(log_path, offset=offset)}"
+            )
+
+
+def init_cluster(binaries: PostgresBinaries, data_dir: Path, owner: Owner, log_path: Path) -> None:
+    """initdb into `data_dir` (an empty directory of the owner's), then our roles and rules."""
+    initdb = [str(binaries.tool("initdb")), "-D", str(data_dir), "-U", SUPERUSER, "-E", "UTF8"]
+    initdb += ["--no-locale", "--auth-local=peer", "--auth-host=scram-sha-256"]
+    owner.run([*initdb, "--no-instructions"], log_path)
+    launcher = pwd.getpwuid(os.geteuid()).pw_name
+    for name, text in (
+        ("pg_hba.conf", _PG_HBA),
+        ("pg_ident.conf", f"haico {launcher} {SUPERUSER}\n"),
+    ):
+        path = data_dir / name
+        path.write_text(text)
+        owner.chown(path)
+    single = [str(binaries.tool("postgres")), "--single", "-D", str(data_dir)]
+    owner.run([*single, "-c", "exit_on_error=true", "template1"], log_path, stdin=_SETUP_SQL)
+
+
+def copy_cluster(template: Path, data_dir: Path, owner: Owner, log_path: Path) -> None:
+    """Copy the template's files into `data_dir` (an empty directory of the owner's)."""
+    cp = shutil.which("cp") or "/bin/cp"
+    owner.run([cp, "-a", f"{template}/.", str(data_dir)], log_path)
+
+
+def _template_path(binaries: PostgresBinaries) -> Path:
+    """`<templates dir>/<key>`, holding `data/`; the templates dir is per (effective) user."""
+    build = zlib.crc32(str(binaries.bin_dir).encode())
+    templates = Path(tempfile.gettempdir()) / f"{PREFIX}templates-{os.geteuid()}"
+    return templates / f"pg{binaries.version}-{build:08x}-r{_TEMPLATE_RECIPE}"
+
+
+def _template_problem(final: Path, owner: Owner) -> str | None:
+    """Why `final` is no template of ours (None: reusable)."""
+    try:
+        problem = ownership_problem(os.lstat(final))
+        if problem is not None:
+            return f"{final} {problem}"
+        data = os.lstat(final / "data")
+    except FileNotFoundError as exc:
+        return f"{exc.filename} is missing"
+    # The data is the server user's; only it (and we) may have written there.
+    if stat.S_ISLNK(data.st_mode) or not stat.S_ISDIR(data.st_mode):
+        return f"{final / 'data'} is not a directory"
+    if data.st_uid != owner.uid or data.st_mode & 0o077:
+        return f"{final / 'data'} is not private to uid {owner.uid}"
+    if not (final / "data" / "PG_VERSION").is_file():
+        return f"{final / 'data'} is incomplete"
+    return None
+
+
+def ensure_template(binaries: PostgresBinaries, owner: Owner, log_path: Path) -> Path | None:
+    """The per-machine initialised data directory, built once (atomically) and then reused.
+
+    None if the templates directory is not ours and private: the caller then initialises
+    its own cluster instead.
+    """
+    final = _template_path(binaries)
+    try:
+        templates = ensure_private_dir(
+            final.parent,
+            what="the Postgres template directory",
+            mode=owner.dir_mode,
+            fix="not using it: this run initialises its own cluster (remove it to speed runs up)",
+        )
+    except StackError as exc:
+        logger.warning("postgres: %s", exc)
+        return None
+    if owner.user is not None:
+        os.chmod(templates, owner.dir_mode)  # ours: the server's user must reach its template
+    with FileLock(templates / f"{final.name}.lock", timeout=_SETUP_TIMEOUT):
+        problem = _template_problem(final, owner)
+        if problem is None:
+            return final / "data"
+        if os.path.lexists(final):  # in our private directory: a leftover, safe to replace
+            logger.warning("postgres: rebuilding the template: %s", problem)
+            if final.is_symlink():
+                final.unlink()
+            shutil.rmtree(final, ignore_errors=True)
+        build = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=templates))
+        try:
+            os.chmod(build, owner.dir_mode)
+            owner.make_dir(build / "data")
+            init_cluster(binaries, build / "data", owner, log_path)
+            # A rename, so no session ever sees a half-built template.
+            build.rename(final)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+    logger.info("postgres: built the template %s", final / "data")
+    return final / "data"

@@ -1,0 +1,127 @@
+"""Processes as /proc shows them (stat, uid, session, listening sockets); parent-death signals."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/<pid>/stat the lifecycle needs."""
+
+    pid: int
+    state: str
+    pgid: int
+    sid: int
+    start_time: int  # clock ticks since boot: with the pid, identifies a process across pid reuse
+
+
+def read_proc_stat(pid: int) -> ProcStat | None:
+    """The process's stat, or None if there is no such process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm (field 2) may contain spaces and parentheses; everything after the last ")" is plain.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return ProcStat(pid, fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
+
+
+def read_proc_uid(pid: int) -> int | None:
+    """The real uid of the process, or None if there is no such process."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return None
+
+
+def is_alive(pid: int, start_time: int | None = None) -> bool:
+    """Whether `pid` runs (zombies count as dead) and, if given, started at `start_time`."""
+    stat = read_proc_stat(pid)
+    if stat is None or stat.state in ("Z", "X"):
+        return False
+    return start_time is None or stat.start_time == start_time
+
+
+def iter_session(sid: int) -> Iterator[ProcStat]:
+    """Every live process of session `sid` (a service's leader pid is its session id)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = read_proc_stat(int(entry.name))
+            if stat is not None and stat.sid == sid and stat.state not in ("Z", "X"):
+                yield stat
+
+
+def _listening_inodes(port: int) -> set[str]:
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
+                found.add(f"socket:[{cols[9]}]")
+    return found
+
+
+def session_listens(sid: int, port: int) -> bool | None:
+    """Whether a process of session `sid` holds the listening socket on `port` (None: can't tell).
+
+    A co-tenant may have taken the port; checked before probing, so a probe (and the
+    token it may carry) only ever reaches our own process.
+    """
+    sockets = _listening_inodes(port)
+    if not sockets:
+        return False
+    unreadable = False
+    for stat in iter_session(sid):
+        try:
+            fds = os.listdir(f"/proc/{stat.pid}/fd")
+        except OSError:
+            unreadable = True
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{stat.pid}/fd/{fd}") in sockets:
+                    return True
+            except OSError:
+                continue
+    return None if unreadable else False
+
+
+@functools.cache
+def _prctl() -> Callable[..., int]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def death_signal_preexec(sig: signal.Signals, parent: int) -> Callable[[], None]:
+    """A `preexec_fn` giving the child `sig` when the spawning thread of `parent` ends."""
+    # CPython's child runs setsid, setgroups, setregid, setreuid and only then preexec_fn,
+    # so the death signal is set after the uid switch that would otherwise clear it.
+    prctl = _prctl()  # resolved in the parent: the child only calls it
+
+    def set_death_signal() -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
+            os._exit(1)
+
+    return set_death_signal
