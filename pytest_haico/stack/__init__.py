@@ -14,7 +14,6 @@ from pytest_haico.stack.service import (
     Service,
     ServiceProcess,
     new_secret,
-    redact,
 )
 
 __all__ = [
@@ -40,5 +39,4 @@ __all__ = [
     "new_secret",
     "reap_orphans",
     "reap_stale_claims",
-    "redact",
 ]

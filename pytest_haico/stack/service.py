@@ -18,6 +18,7 @@ from secrets import token_urlsafe
 from typing import Protocol
 
 from pytest_haico.errors import StackError
+from pytest_haico.redact import Redactor
 from pytest_haico.stack.procfs import (
     death_signal_preexec,
     read_proc_stat,
@@ -97,13 +98,6 @@ def new_secret() -> str:
     return token_urlsafe(24)
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of each secret replaced by `***`."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
 def inherited_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus `extra`: secrets reach a service here, never in argv."""
     return {**os.environ, **(extra or {})}
@@ -124,7 +118,7 @@ def read_log_tail(path: Path, *, offset: int = 0, secrets: Iterable[str] = ()) -
             text = log.read().decode("utf-8", "replace")
     except OSError as exc:
         return f"    (log unreadable: {exc})"
-    lines = redact(text, secrets).splitlines()[-_TAIL_LINES:] or ["(empty)"]
+    lines = Redactor(secrets).redact(text).splitlines()[-_TAIL_LINES:] or ["(empty)"]
     return "\n".join(f"    {line}" for line in lines)
 
 
@@ -174,7 +168,7 @@ class ServiceProcess:
         # The parent opens the log: a service running as another user can't open our paths.
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
-            log.write(redact(header, self.service.secrets).encode() + b"\n")
+            log.write(Redactor(self.service.secrets).redact(header).encode() + b"\n")
             log.flush()
             try:
                 self._proc = subprocess.Popen(
