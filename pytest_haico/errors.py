@@ -10,6 +10,7 @@ HaicoError
 │   └── PortInUseError   a co-tenant took a service's port after it was claimed
 ├── GateError            a preflight gate failed (exit 78)
 ├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
+├── DumpError            pg_dump of the backend's database failed
 └── NotAdmittedError     a conversation was never started: the runner had stopped admitting
 """
 
@@ -65,3 +66,7 @@ class NotAdmittedError(HaicoError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class DumpError(HaicoError):
+    """pg_dump of the backend's database failed; the message is redacted."""

@@ -18,7 +18,8 @@ ALLOWED: dict[str, set[str]] = {
     "ledger": {"config"},
     "driver": {"config", "ledger.records", "ledger.verdicts"},
     "stack": {"config"},
-    "runner": {"config", "ledger", "driver", "stack"},
+    "runner": {"config", "ledger", "driver", "stack", "provenance"},
+    "provenance": {"config", "stack"},
     "standins": set(),
 }
 
@@ -36,7 +37,9 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("pytest_haico")]
+            found += [
+                (node.lineno, a.name) for a in node.names if a.name.startswith("pytest_haico")
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "pytest_haico":
                 # `from pytest_haico import x`: a submodule or a name of the root package.

@@ -202,6 +202,27 @@ class PostgresService:
         env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}  # English log lines
         return Command(argv=argv, env=env, user=self._owner.user, cwd=self.run_dir)
 
+    def dump_command(self, path: Path) -> Command:
+        """`pg_dump -Fc` of the backend's database into `path`, with this server's own
+        pg_dump (an older client refuses a newer server); the password goes through the
+        environment, never argv (other users read every process's argv in /proc)."""
+        argv = [
+            str(self.binaries.tool("pg_dump")),
+            "--format=custom",
+            f"--file={path}",
+            f"--host={HOST}",
+            f"--port={self.port}",
+            f"--username={SUPERUSER}",
+            f"--dbname={DATABASE}",
+        ]
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LC_ALL": "C",
+            "PGPASSWORD": self._password,
+            "PGCONNECT_TIMEOUT": "10",
+        }
+        return Command(argv=argv, env=env)
+
     def _socket_connect(self, port: int) -> psycopg.Connection[TupleRow]:
         return psycopg.connect(
             host=str(self.socket_dir),

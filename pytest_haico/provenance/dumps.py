@@ -1,0 +1,124 @@
+"""pg_dumps of a run's backend database: periodic ones while the run goes on, a final one
+before the stack stops, each written under a temporary name and renamed when complete."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pytest_haico.errors import DumpError
+from pytest_haico.redact import Redactor
+from pytest_haico.stack.postgres import PostgresService
+
+_log = logging.getLogger(__name__)
+
+DumpKind = Literal["periodic", "final"]
+DUMP_TIMEOUT_S = 600.0
+
+
+class DatabaseDumps:
+    """The dumps of one run into `runs/<run_id>/dumps/`: `<kind>-<UTC timestamp>.dump`.
+
+    Only this run's files are ever removed (its previous periodic dump, once a newer one
+    is complete), so a resumed run never deletes an earlier run's dumps.
+    """
+
+    def __init__(
+        self,
+        postgres: PostgresService,
+        dumps_dir: Path,
+        *,
+        interval_s: float,
+        file_mode: int = 0o640,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.postgres = postgres
+        self.dumps_dir = dumps_dir
+        self.interval_s = interval_s
+        self.file_mode = file_mode
+        self._clock = clock
+        self._lock = threading.Lock()  # one pg_dump at a time: the final one waits
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_periodic: Path | None = None
+        self.written: list[Path] = []
+
+    def dump(self, kind: DumpKind) -> Path:
+        """Write one complete dump and return its path; raises `DumpError`."""
+        with self._lock:
+            self.dumps_dir.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
+            final = self._free_name(f"{kind}-{stamp}")
+            partial = final.with_name(f".{final.name}.partial")
+            command = self.postgres.dump_command(partial)
+            try:
+                result = subprocess.run(
+                    list(command.argv),
+                    env=dict(command.env),
+                    capture_output=True,
+                    text=True,
+                    timeout=DUMP_TIMEOUT_S,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                partial.unlink(missing_ok=True)
+                raise DumpError(f"pg_dump ({kind}) did not run to its end: {exc}") from None
+            if result.returncode != 0:
+                partial.unlink(missing_ok=True)
+                stderr = Redactor(self.postgres.secrets).redact(result.stderr.strip())
+                raise DumpError(f"pg_dump ({kind}) exited {result.returncode}: {stderr}")
+            os.chmod(partial, self.file_mode)
+            with open(partial, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(partial, final)
+            _fsync_dir(self.dumps_dir)
+            self.written.append(final)
+            if kind == "periodic":
+                if self._last_periodic is not None:
+                    self._last_periodic.unlink(missing_ok=True)
+                self._last_periodic = final
+            return final
+
+    def start_periodic(self) -> None:
+        """Dump every `interval_s` seconds in a background thread (nothing when 0)."""
+        if self.interval_s <= 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="haico-dumps", daemon=True)
+        self._thread.start()
+
+    def stop_periodic(self) -> None:
+        """Stop the periodic dumps, waiting for one in progress to finish."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.dump("periodic")
+            except DumpError as exc:
+                # The run goes on: the previous periodic dump is still there.
+                _log.warning("haico: %s", exc)
+
+    def _free_name(self, stem: str) -> Path:
+        path = self.dumps_dir / f"{stem}.dump"
+        n = 1
+        while path.exists():
+            n += 1
+            path = self.dumps_dir / f"{stem}-{n}.dump"
+        return path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
