@@ -15,9 +15,12 @@ DEFAULT_RECURSION_LIMIT = 25
 
 
 class ModelConfig(BaseModel):
-    """``config.model``: which OpenAI-compatible endpoint and model serve the turn."""
+    """``config.model``: which OpenAI-compatible endpoint and model serve the turn.
 
-    model_config = ConfigDict(protected_namespaces=())
+    Frozen, so that it is hashable: the backend keeps one compiled agent per model config.
+    """
+
+    model_config = ConfigDict(protected_namespaces=(), frozen=True)
     API: Literal["openai"]
     model_id: str = Field(min_length=1)
     endpoint_url: str

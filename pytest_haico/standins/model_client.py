@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 from langchain_openai import ChatOpenAI
 
@@ -39,6 +41,12 @@ def provider_for(endpoint_url: str) -> str:
     return "vllm" if "vllm" in httpx.URL(endpoint_url).host else "openai"
 
 
+def _to_loopback(request: httpx.Request) -> None:
+    host = request.url.host
+    if host == "localhost" or host.endswith(".localhost"):
+        request.url = request.url.copy_with(host="127.0.0.1")
+
+
 class LoopbackTransport(httpx.AsyncHTTPTransport):
     """Sends requests for ``localhost`` and ``*.localhost`` to 127.0.0.1.
 
@@ -48,21 +56,53 @@ class LoopbackTransport(httpx.AsyncHTTPTransport):
     """
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
-        if host == "localhost" or host.endswith(".localhost"):
-            request.url = request.url.copy_with(host="127.0.0.1")
+        _to_loopback(request)
         return await super().handle_async_request(request)
 
 
-def build_http_client() -> httpx.AsyncClient:
-    """The one HTTP client every model call goes through."""
+class SyncLoopbackTransport(httpx.HTTPTransport):
+    """`LoopbackTransport` for the synchronous client."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        _to_loopback(request)
+        return super().handle_request(request)
+
+
+@dataclass(frozen=True)
+class ModelHttpClients:
+    """The HTTP clients every model call goes through, one of each kind, made at start-up.
+
+    The backend calls models asynchronously only, but ChatOpenAI wants a synchronous client
+    too: without one it builds its own per endpoint, honouring the environment's proxies,
+    and loading the CA bundle for it takes about 0.1 s inside that endpoint's first turn.
+    """
+
+    sync: httpx.Client
+    asynchronous: httpx.AsyncClient
+
+    async def aclose(self) -> None:
+        self.sync.close()
+        await self.asynchronous.aclose()
+
+
+def build_http_clients() -> ModelHttpClients:
+    """The backend's model clients."""
     # trust_env=False: an HTTP(S)_PROXY inherited from a cluster shell must not capture
     # loopback traffic, and no .netrc credentials may be attached.
-    return httpx.AsyncClient(transport=LoopbackTransport(), trust_env=False, timeout=MODEL_TIMEOUT)
+    # One TLS context for both: each loads the CA bundle, about 30 ms.
+    tls = httpx.create_ssl_context()
+    return ModelHttpClients(
+        sync=httpx.Client(
+            transport=SyncLoopbackTransport(verify=tls), trust_env=False, timeout=MODEL_TIMEOUT
+        ),
+        asynchronous=httpx.AsyncClient(
+            transport=LoopbackTransport(verify=tls), trust_env=False, timeout=MODEL_TIMEOUT
+        ),
+    )
 
 
 def build_chat_model(
-    config: ModelConfig, *, api_key: str | None, http_client: httpx.AsyncClient
+    config: ModelConfig, *, api_key: str | None, http_clients: ModelHttpClients
 ) -> ChatOpenAI:
     """ChatOpenAI for one request's model config: streaming with usage, no retries."""
     return ChatOpenAI(
@@ -74,7 +114,8 @@ def build_chat_model(
         max_retries=0,
         streaming=True,
         stream_usage=True,
-        http_async_client=http_client,
+        http_client=http_clients.sync,
+        http_async_client=http_clients.asynchronous,
         # Explicit: an OPENAI_PROXY in the environment would otherwise be refused next to a
         # custom client, or route loopback traffic through a proxy.
         openai_proxy=None,

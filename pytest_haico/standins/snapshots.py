@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
@@ -48,14 +49,14 @@ class Snapshot:
 
     ``branch_from`` and ``parent_thread_id`` are set on the first turn of a branch thread:
     the turn forked from turn ``branch_from`` of ``parent_thread_id``. ``outcome`` is
-    "complete" or "error" (then ``error_kind`` is the error event's kind).
+    "complete" or "error" (then ``error_kind`` is the error event's kind). The row's
+    ``checkpoint_id`` is the thread's newest checkpoint when the row is written.
     """
 
     thread_id: str
     turn_index: int
     branch_from: int | None
     parent_thread_id: str | None
-    checkpoint_id: str | None
     provider: str
     model_id: str
     outcome: str
@@ -150,30 +151,28 @@ class SnapshotStore:
         return None
 
     async def record(self, snapshot: Snapshot) -> str:
-        """Insert the turn's row; return its ``snapshot_id``."""
+        """Insert the turn's row, with the thread's newest checkpoint; return its ``snapshot_id``.
+
+        The checkpoint id is read from the checkpointer's own table in the same statement,
+        as ``aget_tuple`` finds the newest one (``ORDER BY checkpoint_id DESC``), without
+        loading and decoding the state that ``aget_state`` would.
+        """
         row = await self._one(
             "INSERT INTO workspace_snapshots (thread_id, turn_index, branch_from,"
             " parent_thread_id, checkpoint_id, provider, model_id, outcome, error_kind,"
-            " tokens_in, tokens_out) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " RETURNING snapshot_id",
-            (
-                snapshot.thread_id,
-                snapshot.turn_index,
-                snapshot.branch_from,
-                snapshot.parent_thread_id,
-                snapshot.checkpoint_id,
-                snapshot.provider,
-                snapshot.model_id,
-                snapshot.outcome,
-                snapshot.error_kind,
-                snapshot.tokens_in,
-                snapshot.tokens_out,
-            ),
+            " tokens_in, tokens_out) VALUES (%(thread_id)s, %(turn_index)s, %(branch_from)s,"
+            " %(parent_thread_id)s, (SELECT checkpoint_id FROM checkpoints"
+            " WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''"
+            " ORDER BY checkpoint_id DESC LIMIT 1), %(provider)s, %(model_id)s, %(outcome)s,"
+            " %(error_kind)s, %(tokens_in)s, %(tokens_out)s) RETURNING snapshot_id",
+            dataclasses.asdict(snapshot),
         )
         assert row is not None
         return str(row["snapshot_id"])
 
-    async def _one(self, query: LiteralString, params: tuple[Any, ...]) -> DictRow | None:
+    async def _one(
+        self, query: LiteralString, params: tuple[Any, ...] | dict[str, Any]
+    ) -> DictRow | None:
         async with self._pool.connection() as conn:
             cursor = await conn.execute(query, params)
             return await cursor.fetchone()

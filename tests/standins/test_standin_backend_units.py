@@ -1,19 +1,33 @@
 """The backend's small parts: the vllm host rule, ``*.localhost`` names, the rate limiter,
-waiting for the database."""
+waiting for the database, the agent cache, counting tokens."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
+import pytest_asyncio
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pytest_haico.standins.model_client import LoopbackTransport, endpoint_refusal
+from pytest_haico.standins.agent import AgentCache
+from pytest_haico.standins.backend_wire import ModelConfig
+from pytest_haico.standins.model_client import (
+    LoopbackTransport,
+    SyncLoopbackTransport,
+    build_http_clients,
+    endpoint_refusal,
+)
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
 from pytest_haico.standins.snapshots import wait_for_database
+from pytest_haico.standins.turns import TurnUsage
 from tests.standins.standin_procs import LlmServers, free_port
 
 
@@ -57,6 +71,69 @@ async def test_localhost_names_reach_loopback_keeping_their_host_header(
             assert response.status_code == 200
             assert str(response.request.url.host) == "127.0.0.1"
     assert seen == [f"vllm.localhost:{port}", f"a.b.localhost:{port}", f"localhost:{port}"]
+
+
+def test_the_synchronous_client_maps_localhost_names_too(llm_server: LlmServers) -> None:
+    port = llm_server().process.port
+    with httpx.Client(transport=SyncLoopbackTransport(), trust_env=False) as client:
+        response = client.get(f"http://vllm.localhost:{port}/health")
+    assert response.status_code == 200
+    assert response.request.headers["host"] == f"vllm.localhost:{port}"
+
+
+@pytest_asyncio.fixture
+async def agents() -> AsyncIterator[AgentCache]:
+    clients = build_http_clients()
+    try:
+        yield AgentCache(InMemorySaver(), http_clients=clients, api_key=None, size=2)
+    finally:
+        await clients.aclose()
+
+
+def model_config(model_id: str, **fields: Any) -> ModelConfig:
+    return ModelConfig(
+        API="openai", model_id=model_id, endpoint_url="http://vllm.localhost:9/v1", **fields
+    )
+
+
+@pytest.mark.asyncio
+async def test_one_agent_per_model_config_the_least_recently_used_dropped(
+    agents: AgentCache,
+) -> None:
+    first = agents.get(model_config("a"))
+    assert agents.get(model_config("a")) is first
+    assert agents.get(model_config("a", max_tokens=64)) is not first
+    agents.get(model_config("a"))  # now the most recently used
+    agents.get(model_config("b"))  # evicts max_tokens=64, not "a"
+    assert agents.get(model_config("a")) is first
+
+
+@pytest.mark.asyncio
+async def test_counting_tokens_sends_no_event_to_the_thread_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    hops: list[object] = []
+    run_in_executor = loop.run_in_executor
+
+    def spy(*args: Any) -> Any:
+        hops.append(args[1])
+        return run_in_executor(*args)
+
+    monkeypatch.setattr(loop, "run_in_executor", spy)
+    reply = AIMessage(
+        "hello",
+        usage_metadata={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+        response_metadata={"model_name": "m"},
+    )
+    # The fake model itself runs in the pool once; a plain handler would add a hop per event.
+    await GenericFakeChatModel(messages=iter([reply])).ainvoke("q")
+    baseline = len(hops)
+    usage = TurnUsage()
+    await GenericFakeChatModel(messages=iter([reply])).ainvoke("q", {"callbacks": [usage]})
+    assert len(hops) == 2 * baseline
+    assert usage.usage_metadata["m"]["input_tokens"] == 3
+    assert usage.usage_metadata["m"]["output_tokens"] == 2
 
 
 class FakeClock:
