@@ -13,7 +13,7 @@ from pytest_haico.errors import ConfigError
 # What a site may set; anything else is a typo until proven otherwise.
 KNOWN_KEYS = {
     "CLUSTER_WORK": "shared work directory; results go to $CLUSTER_WORK/results",
-    "VLLM_VENV": "virtualenv with vLLM (`haico env` builds it)",
+    "VLLM_VENV": "virtualenv with vLLM installed",
     "BACKEND_IMAGE": "backend OCI image pinned by digest (docker://...@sha256:...) or a SIF",
     "POSTGRES_IMAGE": "Postgres OCI image pinned by digest, or a SIF",
     "SIF_DIR": "where pulled images are kept as SIFs (default: $CLUSTER_WORK/sif)",
@@ -24,6 +24,9 @@ KNOWN_KEYS = {
     "PHOENIX_ENABLED": "1 to run Phoenix tracing beside the backend",
 }
 _LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# What a shell would expand or run but this reader cannot: ${X:-y}, $(cmd), `cmd`, $1, $$.
+_OTHER_EXPANSION = re.compile(r"\$[{(0-9$#?!@*-]|`")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,37 @@ def load_cluster_env(path: Path) -> ClusterEnv:
         if len(words) > 1:
             raise ConfigError(where, key, f'the value has spaces; quote it: {key}="{raw}"')
         value = words[0] if words else ""
+        if not value:
+            raise ConfigError(where, key, f"empty value; remove the line to leave {key} unset")
         # Sourced by a shell, "$USER/x" expands; '$USER/x' in single quotes does not.
-        values[key] = value if raw.lstrip().startswith("'") else os.path.expandvars(value)
+        if not raw.lstrip().startswith("'"):
+            value = _expand(value, where=where, key=key, defined=values)
+        values[key] = value
     return ClusterEnv(path=path, values=values)
+
+
+def _expand(value: str, *, where: str, key: str, defined: dict[str, str]) -> str:
+    """$NAME and ${NAME} from earlier lines (as `source` sees them), else the environment.
+
+    An unset variable is an error: a shell would make `/scratch/$USER` into `/scratch/`,
+    os.path.expandvars leaves a literal `$USER`; both put results where nobody looks.
+    """
+    if _OTHER_EXPANSION.search(_VARIABLE.sub("", value)):
+        raise ConfigError(
+            where,
+            key,
+            f"only $NAME and ${{NAME}} are expanded here; write the value out: {value!r}",
+        )
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        found = defined.get(name) or os.environ.get(name)
+        if not found:
+            raise ConfigError(
+                where,
+                key,
+                f"${name} is not set (or empty) in the environment; set it, or write the value out",
+            )
+        return found
+
+    return _VARIABLE.sub(substitute, value)

@@ -11,9 +11,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pytest_haico.config.bounds import (
+    MAX_CONCURRENCY,
+    MAX_CPUS,
+    MAX_GPUS,
+    MAX_ITEMS,
+    MAX_LATENCY_MS,
+    MAX_MODEL_LEN,
+    MAX_RATE_LIMIT_RPM,
+    MAX_RECURSION_LIMIT,
+    MAX_REPEATS,
+    MAX_SEED,
+    MAX_TAGS,
+    MAX_TOKENS,
+    MAX_TURN_CHARS,
+    MAX_TURN_TIMEOUT_S,
+    MAX_TURNS,
+    Finite,
+    Name,
+    ParserName,
+    Text,
+    not_blank,
+)
+from pytest_haico.config.documents import is_jsonl, is_script_file, iter_documents
 from pytest_haico.config.validation import FieldError as _FieldError
 from pytest_haico.config.validation import describe_validation_error
 from pytest_haico.errors import ConfigError
@@ -21,7 +43,6 @@ from pytest_haico.errors import ConfigError
 _M = TypeVar("_M", bound=BaseModel)
 
 ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
-SCRIPT_ID = re.compile(r"^[a-z0-9_.-]+$")
 TAG = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 # Marker names pytest and its usual plugins give a meaning to; a script tag with
@@ -43,9 +64,6 @@ RESERVED_MARKERS = frozenset(
     }
 )
 
-Name = Annotated[str, Field(pattern=SCRIPT_ID.pattern, min_length=1)]
-PositiveInt = Annotated[int, Field(ge=1)]
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -54,9 +72,9 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     """Which weights the arm serves: a directory, or an HF id + revision from the local cache."""
 
-    path: str | None = None
-    hf_id: str | None = None
-    revision: str | None = None
+    path: Text | None = None
+    hf_id: Text | None = None
+    revision: Text | None = None
     served_name: Name | None = None
 
     @model_validator(mode="after")
@@ -71,43 +89,49 @@ class ModelSection(_Section):
 class VllmSection(_Section):
     """How vLLM serves the model."""
 
-    tensor_parallel_size: PositiveInt = 1
-    data_parallel_size: PositiveInt = 1
-    max_model_len: PositiveInt = 8192
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    data_parallel_size: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    max_model_len: Annotated[int, Field(ge=256, le=MAX_MODEL_LEN)] = 8192
     enable_tool_calling: bool = True
-    tool_call_parser: str | None = "hermes"
-    extra_args: list[str] = Field(default_factory=list)
+    tool_call_parser: ParserName | None = "hermes"
+    extra_args: list[Text] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _parser_when_calling_tools(self) -> VllmSection:
+        if self.enable_tool_calling and self.tool_call_parser is None:
+            raise _FieldError("tool_call_parser", "required while enable_tool_calling is true")
+        return self
 
 
 class GenerationSection(_Section):
     """Sampling settings the backend passes to the model."""
 
-    max_tokens: PositiveInt = 1024
-    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1024
+    temperature: Annotated[float, Field(ge=0, le=2), Finite] = 0.0
 
 
 class AgentSection(_Section):
     """The backend agent's settings."""
 
-    recursion_limit: PositiveInt = 25
+    recursion_limit: Annotated[int, Field(ge=1, le=MAX_RECURSION_LIMIT)] = 25
 
 
 class RunSection(_Section):
     """How the campaign drives this arm."""
 
-    concurrency: PositiveInt = 8
-    turn_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 8
+    turn_timeout_s: Annotated[float, Field(gt=0, le=MAX_TURN_TIMEOUT_S), Finite] = 600.0
 
 
 class SlurmSection(_Section):
     """What `haico submit` asks Slurm for."""
 
-    partition: str | None = None
-    gres: str | None = None
-    cpus_per_task: PositiveInt | None = None
-    mem: str | None = None
-    time: str | None = None
-    time_per_stratum: dict[str, str] = Field(default_factory=dict)
+    partition: Text | None = None
+    gres: Text | None = None
+    cpus_per_task: Annotated[int, Field(ge=1, le=MAX_CPUS)] | None = None
+    mem: Text | None = None
+    time: Text | None = None
+    time_per_stratum: dict[Name, Text] = Field(default_factory=dict)
 
 
 Persona = Literal["helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang"]
@@ -117,17 +141,17 @@ class StandinSection(_Section):
     """How the local profile's stand-ins behave."""
 
     persona: Persona = "helpful"
-    latency_ms: Annotated[int, Field(ge=0)] = 0
-    seed: int = 0
-    substitute_model: str = ""
-    rate_limit_rpm: Annotated[int, Field(ge=0)] = 0
+    latency_ms: Annotated[int, Field(ge=0, le=MAX_LATENCY_MS)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    substitute_model: str = ""  # "" is documented as "off"
+    rate_limit_rpm: Annotated[int, Field(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0
     recursion_flag: bool = True
 
 
 class BackendSection(_Section):
     """Which backend build serves the arm: an OCI image (by digest) or a SIF."""
 
-    image: str | None = None
+    image: Text | None = None
 
 
 class Arm(_Section):
@@ -148,6 +172,22 @@ class Arm(_Section):
     def served_name(self) -> str:
         return self.model.served_name or self.name
 
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> Arm:
+        limit, tokens = self.vllm.max_model_len, self.generation.max_tokens
+        if tokens < limit:
+            return self
+        if "max_tokens" not in self.generation.model_fields_set:
+            raise _FieldError(
+                "generation.max_tokens",
+                f"the default ({tokens}) leaves no room for a prompt within vllm.max_model_len "
+                f"({limit}): set a smaller max_tokens",
+            )
+        raise _FieldError(
+            "generation.max_tokens",
+            f"must be below vllm.max_model_len ({limit}), or no prompt fits, got {tokens}",
+        )
+
 
 class Expect(_Section):
     """What a turn must produce."""
@@ -158,7 +198,7 @@ class Expect(_Section):
 class Turn(_Section):
     """One user message of a scripted conversation."""
 
-    user: Annotated[str, Field(min_length=1)]
+    user: Annotated[str, Field(min_length=1, max_length=MAX_TURN_CHARS), AfterValidator(not_blank)]
     expect: Expect | None = None
     branch_from: Annotated[int, Field(ge=0)] | None = None
 
@@ -168,10 +208,10 @@ class Script(_Section):
 
     id: Name
     stratum: Name = "default"
-    tags: list[str] = Field(default_factory=list)
+    tags: Annotated[list[str], Field(max_length=MAX_TAGS)] = Field(default_factory=list)
     description: str = ""
-    repeats: PositiveInt = 1
-    turns: Annotated[list[Turn], Field(min_length=1)]
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    turns: Annotated[list[Turn], Field(min_length=1, max_length=MAX_TURNS)]
 
     @model_validator(mode="after")
     def _check(self) -> Script:
@@ -206,6 +246,11 @@ class ScriptSource:
     position: int
     sha256: str
 
+    @property
+    def where(self) -> str:
+        """The file, with the line (JSONL) or list position (YAML, JSON) of the script."""
+        return _where(self.path, self.position)
+
 
 @dataclass(frozen=True)
 class Experiments:
@@ -225,26 +270,50 @@ class Experiments:
 
 
 def load_experiments(root: Path) -> Experiments:
-    """Load and validate `arms/*.toml` and `scripts/*.yaml|*.jsonl` under `root`."""
+    """Load and validate `arms/*.toml` and `scripts/*.yaml|*.yml|*.json|*.jsonl` under `root`."""
     arm_files = sorted((root / "arms").glob("*.toml"), key=lambda path: path.stem)
     arms = {path.stem: load_arm(path) for path in arm_files}
     scripts: list[ScriptSource] = []
     seen: dict[str, ScriptSource] = {}
-    script_dir = root / "scripts"
-    paths = sorted(p for p in script_dir.glob("*") if p.suffix in (".yaml", ".yml", ".jsonl"))
-    for path in paths:
+    for path in sorted(p for p in (root / "scripts").glob("*") if is_script_file(p)):
         for source in iter_scripts(path):
             earlier = seen.get(source.script.id)
             if earlier is not None:
                 raise ConfigError(
-                    _where(path, source.position),
+                    source.where,
                     "id",
                     f"duplicate script id {source.script.id!r}, already defined in "
-                    f"{_where(earlier.path, earlier.position)}; script ids must be unique",
+                    f"{earlier.where}; script ids must be unique",
                 )
+            _check_tags_are_not_arms(source, arms, root)
             seen[source.script.id] = source
             scripts.append(source)
+    _check_item_count(root, len(arms), sum(source.script.repeats for source in scripts))
     return Experiments(root=root, arms=arms, scripts=tuple(scripts))
+
+
+def _check_tags_are_not_arms(source: ScriptSource, arms: dict[str, Arm], root: Path) -> None:
+    """`-k <arm>` is how arms are picked; a tag of that name would pick the script everywhere."""
+    for position, tag in enumerate(source.script.tags):
+        if tag in arms:
+            raise ConfigError(
+                source.where,
+                f"tags.{position}",
+                f"{tag!r} is also the name of arm {tag!r} ({root / 'arms' / tag}.toml): "
+                f"-k {tag} would select this script in every arm; rename the tag",
+            )
+
+
+def _check_item_count(root: Path, arms: int, repeats: int) -> None:
+    items = arms * repeats
+    if items > MAX_ITEMS:
+        raise ConfigError(
+            str(root),
+            "",
+            f"the campaign has {items} items ({arms} arm{'s' if arms != 1 else ''} x {repeats} "
+            f"script repeats); at most {MAX_ITEMS} per experiments directory: lower repeats, "
+            "or split the scripts over several experiments directories (--haico-experiments)",
+        )
 
 
 def load_arm(path: Path) -> Arm:
@@ -267,13 +336,8 @@ def load_arm(path: Path) -> Arm:
 
 
 def iter_scripts(path: Path) -> Iterator[ScriptSource]:
-    """Yield the scripts of one YAML (a mapping or a list) or JSONL (a mapping per line) file."""
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "", f"cannot read the script file: {exc}") from None
-    for position, document in _iter_documents(path, text):
+    """The scripts of one file: YAML or JSON (a mapping or a list), JSONL (a mapping a line)."""
+    for position, document in iter_documents(path):
         where = _where(path, position)
         if not isinstance(document, dict):
             raise ConfigError(
@@ -282,33 +346,6 @@ def iter_scripts(path: Path) -> Iterator[ScriptSource]:
         script = _validate(Script, document, where)
         digest = _sha256_of(document)
         yield ScriptSource(script=script, path=path, position=position, sha256=digest)
-
-
-def _iter_documents(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    if path.suffix == ".jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(
-                    f"{path}:{number}", "", f"JSON syntax error: {exc.msg} (column {exc.colno})"
-                ) from None
-        return
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{line}", "", f"YAML syntax error: {problem}") from None
-    if document is None:
-        raise ConfigError(str(path), "", "the file is empty; expected a script mapping or a list")
-    if isinstance(document, list):
-        yield from enumerate(document, start=1)
-    else:
-        yield 0, document
 
 
 def _validate(model: type[_M], document: dict[str, Any], where: str) -> _M:
@@ -320,7 +357,7 @@ def _validate(model: type[_M], document: dict[str, Any], where: str) -> _M:
 
 
 def _where(path: Path, position: int) -> str:
-    if path.suffix == ".jsonl":
+    if is_jsonl(path):
         return f"{path}:{position}"
     return f"{path} (script #{position})" if position else str(path)
 

@@ -1,9 +1,12 @@
-"""Items: arm × script × repeat, their ids, shards, per-stratum limits and arm grouping."""
+"""Items: arm × script × repeat, their ids, shards, per-stratum limits, arm grouping, and
+what to say when a run selects or collects them other than meant."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from pytest_haico.config.experiment import Arm, Experiments, Script, ScriptSource
@@ -12,6 +15,16 @@ from pytest_haico.config.settings import Settings, Shard
 from pytest_haico.errors import ConfigError
 
 _T = TypeVar("_T")
+
+ITEM_FIXTURES = ("haico_conversation", "haico_item")
+# The demo's experiments/test_conversations.py, without its docstring.
+ITEM_MODULE = (
+    "    from pytest_haico import Conversation, Verdict\n"
+    "\n"
+    "    def test_conversation(haico_conversation: Conversation) -> None:\n"
+    "        assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()"
+)
+_K_WORD = re.compile(r"[\w.-]+")
 
 
 @dataclass(frozen=True)
@@ -47,8 +60,10 @@ def build_item_specs(
 ) -> list[ItemSpec]:
     """Every item of every arm, in a stable order: arm name, script file order, repeat."""
     specs: list[ItemSpec] = []
-    by_id: dict[str, ItemSpec] = {}
     for arm in experiments.arms.values():
+        # Per arm: two arms that differ only outside item identity (say run.concurrency)
+        # share item_ids, and each keeps its own ledger.
+        by_id: dict[str, ItemSpec] = {}
         model = model_identity(arm, profile=settings.profile, endpoint=settings.model_endpoint)
         backend = backend_identity(
             arm,
@@ -64,11 +79,11 @@ def build_item_specs(
                 twin = by_id.get(identity)
                 if twin is not None:
                     raise ConfigError(
-                        str(source.path),
+                        source.where,
                         "turns",
-                        f"script {source.script.id!r} has the same turns as script "
-                        f"{twin.script.id!r} ({twin.source.path}): they would be one experiment "
-                        "under two names; change or remove one of them",
+                        f"script {source.script.id!r} has the same turns and expectations as "
+                        f"script {twin.script.id!r} ({twin.source.where}): one experiment under "
+                        "two names; change or remove one of them",
                     )
                 by_id[identity] = spec
                 specs.append(spec)
@@ -80,15 +95,18 @@ def in_shard(item_id: str, shard: Shard) -> bool:
     return int(item_id[:16], 16) % shard.count == shard.index
 
 
-def first_per_stratum(specs: Iterable[ItemSpec], limit: int) -> set[str]:
-    """The item_ids of the first `limit` items (stable order) of each arm × stratum."""
-    kept: set[str] = set()
+def first_per_stratum(specs: Iterable[ItemSpec], limit: int) -> set[int]:
+    """The ordinals of the first `limit` items (stable order) of each arm × stratum.
+
+    Ordinals, not item_ids: two arms may share item_ids.
+    """
+    kept: set[int] = set()
     counts: dict[tuple[str, str], int] = {}
     for spec in sorted(specs, key=lambda s: s.ordinal):
         key = (spec.arm.name, spec.stratum)
         if counts.get(key, 0) < limit:
             counts[key] = counts.get(key, 0) + 1
-            kept.add(spec.item_id)
+            kept.add(spec.ordinal)
     return kept
 
 
@@ -116,3 +134,54 @@ def group_by_arm(items: Sequence[_T], arm_of: Callable[[_T], str | None]) -> lis
         else:
             ordered.append(slot)
     return ordered
+
+
+def has_item_module(root: Path) -> bool:
+    """Whether a test module under `root` mentions haico_conversation or haico_item: a text
+    search, enough to tell "not written yet" from "not collected by this run"."""
+    for path in root.rglob("*.py"):
+        if not (path.name.startswith("test_") or path.name.endswith("_test.py")):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if any(name in text for name in ITEM_FIXTURES):
+            return True
+    return False
+
+
+def describe_missing_item_module(root: Path, *, nothing_collected: bool) -> str:
+    """What to write when no test asks for the items (several lines)."""
+    module = root / "test_conversations.py"
+    if nothing_collected:
+        head = (
+            f"{root}: no test module asks for haico_conversation, so the campaign has no "
+            f"items; write {module}:"
+        )
+    else:
+        head = (
+            f"no campaign item was collected: no test module in {root} asks for "
+            f"haico_conversation; to run the campaign, write {module} and run pytest {root}:"
+        )
+    return f"{head}\n\n{ITEM_MODULE}"
+
+
+def describe_k_beyond_arms(
+    expression: str, every: Iterable[ItemSpec], selected: Iterable[ItemSpec]
+) -> str | None:
+    """`-k <arm>` is a substring match on test ids and tags: when it also picked other arms'
+    items, say so and name the exact option; None when it picked what it names."""
+    words = set(_K_WORD.findall(expression))
+    if not words or "not" in words:  # a negated arm name selects the others on purpose
+        return None
+    named = sorted(words & {spec.arm.name for spec in every})
+    others = sorted({spec.arm.name for spec in selected} - set(named))
+    if not named or not others:
+        return None
+    exact = " ".join(f"--haico-arm {arm}" for arm in named)
+    return (
+        f"-k {expression} also selected items of arm{'s' if len(others) > 1 else ''} "
+        f"{', '.join(others)}: -k matches substrings of test ids and script tags; "
+        f"select exact arms with {exact}"
+    )

@@ -44,6 +44,8 @@ def _describe(error: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
     if kind == "missing":
         return field, "required, but missing"
     message = error["msg"]
+    if kind in ("too_long", "too_short"):
+        return field, message  # "List should have at most 200 items ..., not 201"
     if kind == "value_error":
         message = message.removeprefix("Value error, ")
     return field, f"{message}, got {_show(error.get('input'))}"

@@ -171,3 +171,194 @@ def test_usage_error_keeps_earlier_results(campaign: CampaignDir) -> None:
 def test_no_arms_is_a_usage_error_not_an_empty_run(campaign: CampaignDir) -> None:
     campaign.simple_scripts("greet")
     assert_usage_error(campaign.run(), "*/experiments: no campaign items: add arms/<arm>.toml")
+
+
+# -- issue 7: every bad input is refused at start, naming file and field -----------------
+
+
+def assert_nothing_started(campaign: CampaignDir) -> None:
+    assert not (campaign.root / "results").exists()
+
+
+def test_empty_tool_call_parser_is_refused_before_anything_starts(campaign: CampaignDir) -> None:
+    campaign.arm("demo", '[vllm]\ntool_call_parser = ""\n')
+    campaign.simple_scripts("greet")
+    assert_usage_error(
+        campaign.run(),
+        "*demo.toml: vllm.tool_call_parser: must name one of vLLM's tool call parsers "
+        "(e.g. hermes, mistral, llama3_json), got ''",
+    )
+    assert_nothing_started(campaign)
+
+
+def test_duplicate_yaml_key_names_file_line_and_key(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n    user: again\n")
+    assert_usage_error(
+        campaign.run(),
+        "*a.yaml:4: duplicate key 'user' (first on line 3); each key may appear once in a mapping",
+    )
+    assert_nothing_started(campaign)
+
+
+def test_duplicate_jsonl_key_names_file_line_and_key(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts(
+        "a.jsonl",
+        '{"id": "a", "turns": [{"user": "hi"}]}\n'
+        '{"id": "b", "turns": [{"user": "ho"}], "id": "c"}\n',
+    )
+    assert_usage_error(
+        campaign.run(), "*a.jsonl:2: duplicate key 'id'; each key may appear once in a mapping"
+    )
+
+
+BILLION_LAUGHS = """\
+id: lol
+turns: [{user: hi}]
+description:
+  - &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+  - &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+  - &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+  - &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+  - &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+  - &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+  - &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+  - &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+  - &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+
+
+def test_billion_laughs_yaml_is_refused_at_its_first_anchor(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts("lol.yaml", BILLION_LAUGHS)
+    assert_usage_error(
+        campaign.run(),
+        "*lol.yaml:4: YAML anchors and aliases (&name, *name) are not accepted in script "
+        "files: write each value out",
+    )
+
+
+def test_repeats_above_the_bound_are_refused(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.yaml", "id: a\nrepeats: 1001\nturns:\n  - user: hi\n")
+    assert_usage_error(
+        campaign.run(), "*a.yaml: repeats: Input should be less than or equal to 1000, got 1001"
+    )
+    assert_nothing_started(campaign)
+
+
+def test_absurd_recursion_limit_is_refused(campaign: CampaignDir) -> None:
+    campaign.arm("demo", "[agent]\nrecursion_limit = 1000000000000000\n")
+    campaign.simple_scripts("greet")
+    assert_usage_error(
+        campaign.run(),
+        "*demo.toml: agent.recursion_limit: Input should be less than or equal to 1000, "
+        "got 1000000000000000",
+    )
+
+
+def test_empty_jsonl_file_is_refused(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    campaign.scripts("empty.jsonl", "\n\n")
+    assert_usage_error(
+        campaign.run(), "*empty.jsonl: the file is empty; expected one script mapping per line"
+    )
+
+
+def test_no_experiments_directory_is_one_usage_error_for_campaign_fixtures(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
+    )
+    pytester.makepyfile(
+        test_campaign="def test_a(haico_item):\n    pass\n"
+        "def test_b(haico_conversation):\n    pass\n"
+        "def test_plain():\n    pass\n"
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert_usage_error(
+        result,
+        "ERROR: haico: test_campaign.py::test_a asks for haico_item, but no campaign was "
+        "loaded: there is no experiments directory at */experiments; create it with "
+        "arms/<arm>.toml and scripts/<name>.yaml, or point --haico-experiments "
+        "(ini haico_experiments, env PYTEST_HAICO_EXPERIMENTS) at yours "
+        "(2 tests ask for campaign fixtures)",
+    )
+    assert result.stderr.str().count("ERROR") == 1
+    assert not (pytester.path / "results").exists()
+
+
+ITEM_MODULE_LINES = [
+    "    from pytest_haico import Conversation, Verdict",
+    "    def test_conversation(haico_conversation: Conversation) -> None:",
+    "        assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()",
+]
+
+
+def test_experiments_without_a_test_module_say_what_to_write(campaign: CampaignDir) -> None:
+    (campaign.experiments / "test_conversations.py").unlink()
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    result = campaign.run()
+    assert_usage_error(
+        result,
+        "ERROR: haico: */experiments: no test module asks for haico_conversation, so the "
+        "campaign has no items; write */experiments/test_conversations.py:",
+        *ITEM_MODULE_LINES,
+    )
+    assert_nothing_started(campaign)
+
+
+def test_unit_tests_from_testpaths_get_a_hint_when_the_item_module_is_missing(
+    pytester: pytest.Pytester, campaign: CampaignDir
+) -> None:
+    (campaign.experiments / "test_conversations.py").unlink()
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
+        'testpaths = ["tests"]\n'
+    )
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_unit.py").write_text("def test_unit():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "haico: no campaign item was collected: no test module in */experiments asks for "
+            "haico_conversation; to run the campaign, write */experiments/test_conversations.py "
+            "and run pytest */experiments:",
+            *ITEM_MODULE_LINES,
+        ]
+    )
+
+
+def test_unit_tests_get_no_hint_when_the_item_module_exists(
+    pytester: pytest.Pytester, campaign: CampaignDir
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    (pytester.path / "test_unit.py").write_text("def test_unit():\n    pass\n")
+    result = pytester.runpytest("test_unit.py", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "haico:" not in result.stdout.str()
+
+
+def test_cluster_env_with_an_unset_variable_is_refused(
+    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    monkeypatch.delenv("HAICO_TEST_UNSET", raising=False)
+    (campaign.experiments / "cluster.env").write_text(
+        "PARTITION=gpu\nCLUSTER_WORK=/scratch/$HAICO_TEST_UNSET/haico\n"
+    )
+    assert_usage_error(
+        campaign.run(),
+        "*cluster.env:2: CLUSTER_WORK: $HAICO_TEST_UNSET is not set (or empty) in the "
+        "environment; set it, or write the value out",
+    )
+    assert_nothing_started(campaign)

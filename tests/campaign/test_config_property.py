@@ -17,25 +17,27 @@ from pytest_haico.config.experiment import iter_scripts, load_arm
 from pytest_haico.errors import ConfigError
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
-positive = st.integers(min_value=1, max_value=10_000)
 
 # field path -> (strategy of valid values, wrong values)
 ARM_FIELDS: dict[tuple[str, str], tuple[st.SearchStrategy[Any], list[Any]]] = {
     ("model", "served_name"): (names, [5, "Bad Name", ""]),
-    ("vllm", "tensor_parallel_size"): (positive, [0, -1, "2", 1.5, True]),
-    ("vllm", "data_parallel_size"): (positive, [0, "1"]),
-    ("vllm", "max_model_len"): (positive, [0, "4096", 40.5]),
+    ("vllm", "tensor_parallel_size"): (st.integers(1, 16), [0, -1, 17, "2", 1.5, True]),
+    ("vllm", "data_parallel_size"): (st.integers(1, 16), [0, 17, "1"]),
+    # Above the default max_tokens (1024), which must fit below it.
+    ("vllm", "max_model_len"): (st.integers(1025, 10_000_000), [0, 255, 10**8, "4096", 40.5]),
     ("vllm", "enable_tool_calling"): (st.booleans(), ["yes", 1]),
-    ("vllm", "tool_call_parser"): (names, [7, ["hermes"]]),
-    ("vllm", "extra_args"): (st.lists(names, max_size=3), ["--x", [1]]),
-    ("generation", "max_tokens"): (positive, [0, "big"]),
+    ("vllm", "tool_call_parser"): (names, [7, ["hermes"], "", " ", "two words"]),
+    ("vllm", "extra_args"): (st.lists(names, max_size=3), ["--x", [1], [""]]),
+    # Below the smallest valid max_model_len, so any valid document stays valid.
+    ("generation", "max_tokens"): (st.integers(1, 255), [0, 10**7, "big", 1.0]),
     ("generation", "temperature"): (st.floats(0, 2), [-0.5, 2.5, "warm"]),
-    ("agent", "recursion_limit"): (positive, [0, "many", 2.5]),
-    ("run", "concurrency"): (positive, [0, "16"]),
-    ("run", "turn_timeout_s"): (st.floats(1, 600), [0, -1, "600s"]),
+    ("agent", "recursion_limit"): (st.integers(1, 1000), [0, 1001, 10**15, "many", 2.5]),
+    ("run", "concurrency"): (st.integers(1, 1024), [0, 1025, "16"]),
+    ("run", "turn_timeout_s"): (st.floats(0.01, 86_400), [0, -1, "600s", 86_401]),
     ("standin", "persona"): (st.sampled_from(["helpful", "looper", "blank"]), ["nope", 3]),
-    ("standin", "latency_ms"): (st.integers(0, 500), [-1, "20"]),
-    ("standin", "seed"): (st.integers(0, 99), ["0", 0.5]),
+    ("standin", "latency_ms"): (st.integers(0, 600_000), [-1, 600_001, "20", 1.5]),
+    ("standin", "seed"): (st.integers(0, 2**32 - 1), ["0", 0.5, -1, 2**32]),
+    ("standin", "rate_limit_rpm"): (st.integers(0, 100_000), [-1, 100_001, "60"]),
 }
 
 
@@ -106,7 +108,7 @@ def test_one_bad_arm_field_is_named(document: dict[str, Any], data: st.DataObjec
 def valid_script(draw: st.DrawFn) -> dict[str, Any]:
     turns: list[dict[str, Any]] = []
     for index in range(draw(st.integers(1, 4))):
-        turn: dict[str, Any] = {"user": draw(st.text(min_size=1, max_size=20))}
+        turn: dict[str, Any] = {"user": draw(st.text(min_size=1, max_size=20).filter(str.strip))}
         if index and draw(st.booleans()):
             turn["branch_from"] = draw(st.integers(0, index - 1))
         if draw(st.booleans()):
@@ -132,12 +134,12 @@ def valid_script(draw: st.DrawFn) -> dict[str, Any]:
 
 
 SCRIPT_MUTATIONS: dict[str, list[Any]] = {
-    "id": ["Bad Id", 5, ""],
+    "id": ["Bad Id", 5, "", "a" * 129],
     "stratum": ["Long Stratum", 3],
     "tags": ["smoke", ["Bad-Tag"], ["skip"], [1]],
-    "repeats": [0, "2", 1.5, -1],
+    "repeats": [0, "2", 1.5, -1, 1001],
     "turns": [[], "hello", [{"text": "hi"}]],
-    "user": ["", 5, None],
+    "user": ["", " ", 5, None],
     "branch_from": [-1, "0", 0.5],
     "expect": [{"artifact": "yes"}, {"artefact": True}, "artifact"],
 }

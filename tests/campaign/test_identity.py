@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.identity import backend_identity, item_id, model_identity
 from pytest_haico.config.settings import Profile
 
-SCRIPT = {
+SCRIPT: dict[str, Any] = {
     "id": "plan",
     "stratum": "default",
     "tags": ["smoke"],

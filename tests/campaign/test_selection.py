@@ -180,3 +180,89 @@ def test_xdist_with_haico_items_points_to_concurrency_and_arrays(campaign: Campa
             "pytest-xdist*--haico-concurrency N*--haico-shard I/N*"
         ]
     )
+
+
+def test_script_files_are_found_by_suffix_whatever_its_case(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.YAML", "id: a\nturns:\n  - user: hi a\n")
+    campaign.scripts("b.yml", "id: b\nturns:\n  - user: hi b\n")
+    campaign.scripts("c.JSONL", '{"id": "c", "turns": [{"user": "hi c"}]}\n')
+    campaign.scripts("d.json", '{"id": "d", "turns": [{"user": "hi d"}]}\n')
+    campaign.scripts(
+        "e.json",
+        '[{"id": "e1", "turns": [{"user": "hi e1"}]}, {"id": "e2", "turns": [{"user": "e2"}]}]',
+    )
+    campaign.scripts("README.md", "notes, not a script\n")
+    assert collected(campaign.run("--collect-only", "-q")) == [
+        "demo-a-r0",
+        "demo-b-r0",
+        "demo-c-r0",
+        "demo-d-r0",
+        "demo-e1-r0",
+        "demo-e2-r0",
+    ]
+
+
+def test_arms_differing_only_outside_item_identity_are_separate_experiments(
+    campaign: CampaignDir,
+) -> None:
+    # One served model (the arm name is the served name only when none is given).
+    campaign.arm("fast", '[model]\nserved_name = "m"\n[run]\nconcurrency = 8\n')
+    campaign.arm("slow", '[model]\nserved_name = "m"\n[run]\nconcurrency = 1\n')
+    campaign.simple_scripts("s000", "s001")
+    first = campaign.run("--haico-arm", "fast")
+    first.assert_outcomes(passed=2)
+    # The same item_ids in another arm are that arm's own items: not done because fast ran.
+    second = campaign.run()
+    second.assert_outcomes(passed=2)
+    second.stdout.fnmatch_lines(["haico: 2 done in ledger, 2 to run (0 retries)"])
+    assert len(campaign.records("slow")) == 2
+
+
+def test_scripts_with_the_same_turns_are_named_both(campaign: CampaignDir) -> None:
+    campaign.arm("one")
+    campaign.arm("two")
+    campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n")
+    campaign.scripts("b.jsonl", '{"id": "x", "turns": [{"user": "other"}]}\n')
+    campaign.scripts("c.jsonl", '{"id": "y", "turns": [{"user": "yet another"}]}\n')
+    campaign.scripts("d.jsonl", '\n{"id": "b", "tags": ["t"], "turns": [{"user": "hi"}]}\n')
+    result = campaign.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*d.jsonl:2: turns: script 'b' has the same turns and expectations as script 'a' "
+            "(*a.yaml): one experiment under two names; change or remove one of them"
+        ]
+    )
+
+
+def test_a_tag_equal_to_an_arm_name_is_refused(campaign: CampaignDir) -> None:
+    campaign.arm("demo")
+    campaign.arm("other")
+    campaign.scripts("a.yaml", "id: a\ntags: [smoke, demo]\nturns:\n  - user: hi\n")
+    result = campaign.run("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*a.yaml: tags.1: 'demo' is also the name of arm 'demo' (*arms/demo.toml): "
+            "-k demo would select this script in every arm; rename the tag"
+        ]
+    )
+
+
+def test_k_with_an_arm_name_that_selects_other_arms_points_to_haico_arm(
+    campaign: CampaignDir,
+) -> None:
+    campaign.arm("qwen32b")
+    campaign.arm("qwen32b-awq")
+    campaign.arm("llama")
+    campaign.simple_scripts("greet")
+    result = campaign.run("--collect-only", "-q", "-k", "qwen32b")
+    result.stdout.fnmatch_lines(
+        [
+            "haico: -k qwen32b also selected items of arm qwen32b-awq: -k matches substrings "
+            "of test ids and script tags; select exact arms with --haico-arm qwen32b"
+        ]
+    )
+    for exact in (("-k", "qwen32b-awq"), ("-k", "qwen32b", "--haico-arm", "qwen32b")):
+        assert "haico: -k" not in campaign.run("--collect-only", "-q", *exact).stdout.str()
