@@ -6,6 +6,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pytest_haico.errors import ConfigError
+
+# Slurm's job ids, array task ids and restart counts are decimal numbers. They become
+# parts of run ids and file names, so anything else (`a/b`, `../x`) is refused.
+_NUMERIC = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")
+
 
 @dataclass(frozen=True)
 class SlurmJob:
@@ -19,12 +25,14 @@ class SlurmJob:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> SlurmJob:
-        restarts = environ.get("SLURM_RESTART_COUNT", "0")
+        """Read the job's variables; a malformed one is a `ConfigError` naming it."""
+        values = {name: parse_slurm_number(environ, name) for name in _NUMERIC}
+        restarts = values["SLURM_RESTART_COUNT"]
         return cls(
-            job_id=environ.get("SLURM_JOB_ID") or None,
-            array_job_id=environ.get("SLURM_ARRAY_JOB_ID") or None,
-            array_task_id=environ.get("SLURM_ARRAY_TASK_ID") or None,
-            restart_count=int(restarts) if restarts.isdigit() else 0,
+            job_id=values["SLURM_JOB_ID"],
+            array_job_id=values["SLURM_ARRAY_JOB_ID"],
+            array_task_id=values["SLURM_ARRAY_TASK_ID"],
+            restart_count=int(restarts) if restarts is not None else 0,
             node=environ.get("SLURMD_NODENAME") or socket.gethostname(),
         )
 
@@ -35,3 +43,26 @@ class SlurmJob:
     @property
     def in_array(self) -> bool:
         return self.array_task_id is not None
+
+    @property
+    def key(self) -> str | None:
+        """The job across requeues: array job and task, else the job id; None outside a job."""
+        if self.array_job_id and self.array_task_id:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id
+
+
+def parse_slurm_number(environ: Mapping[str, str], name: str) -> str | None:
+    """The variable's digits, None when unset or empty; anything else is a `ConfigError`."""
+    value = environ.get(name, "")
+    if value == "":
+        return None
+    if not (value.isascii() and value.isdigit()):
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise ConfigError(
+            f"environment variable {name}",
+            "",
+            f"{shown!r} is not a Slurm job number (digits only, as Slurm sets it); "
+            "unset it, or run inside the Slurm job it belongs to",
+        )
+    return value

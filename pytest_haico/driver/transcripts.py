@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -115,8 +116,7 @@ class TranscriptWriter:
         if not self._opened:
             self._opened = True
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._stream = self.path.open("ab")
+                self._stream = _open_for_append(self.path)
             except Exception as exc:
                 self.error = exc
         if self._stream is None:
@@ -152,6 +152,21 @@ class TranscriptWriter:
         if at is not None:
             line = {"at": datetime.fromtimestamp(at, UTC).isoformat(), **line}
         return self._redactor.dumps(line).encode() + b"\n"
+
+
+def _open_for_append(path: Path) -> BinaryIO:
+    """Open the transcript for appending. A new one gets the read and write bits of its
+    directory whatever the umask: the campaign made that directory with the results mode
+    (0750 gives 0640), and nobody but the owner may write it either way."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+    mode = stat.S_IMODE(path.parent.stat().st_mode) & 0o644
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+        os.fchmod(fd, mode)
+    except FileExistsError:
+        fd = os.open(path, flags)
+    return os.fdopen(fd, "ab")
 
 
 def _start_job(loop: asyncio.AbstractEventLoop, job: Callable[[], None]) -> None:

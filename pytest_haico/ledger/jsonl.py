@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.errors import LedgerWriteError, ResultsError
+from pytest_haico.ledger.files import (
+    DEFAULT_FILE_MODE,
+    create_file,
+    describe_filesystem,
+    make_dirs,
+    write_fully,
+)
 from pytest_haico.ledger.records import SCHEMA_VERSION, LedgerRecord
 
 Warn = Callable[[str], None]
@@ -23,26 +33,34 @@ class LedgerWriter:
     write from the main thread.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, file_mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
+        self.file_mode = file_mode
         self._lock = threading.Lock()
         self._fd: int | None = None
-        self._needs_newline = False
+        # Whether the file may end inside a line (a killed writer's, or a failed write
+        # of ours): then the next line starts with a newline of its own.
+        self._check_tail = True
 
     def append(self, record: LedgerRecord) -> None:
-        """Write the record as one line and make it durable before returning."""
+        """Write the record as one line and make it durable before returning.
+
+        Raises `LedgerWriteError` (naming the file, its file system and the OS error)
+        when the line may not be on disk; the next append starts on a fresh line,
+        whatever part of this one reached the file.
+        """
         line = record.to_line()
         with self._lock:
-            fd = self._open()
-            if self._needs_newline:
-                # A torn line from a killed writer: start ours on a fresh line.
-                line = b"\n" + line
-                self._needs_newline = False
-            view = memoryview(line)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            try:
+                fd = self._open()
+                fresh = self._check_tail and _ends_inside_a_line(self.path)
+                # Until the whole line is written: a partial write (ENOSPC) leaves a fragment.
+                self._check_tail = True
+                write_fully(fd, b"\n" + line if fresh else line)
+                self._check_tail = False
+                os.fsync(fd)
+            except OSError as exc:
+                raise ledger_write_error(self.path, exc) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -52,15 +70,49 @@ class LedgerWriter:
 
     def _open(self) -> int:
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            size = os.fstat(fd).st_size
-            if size:
-                with open(self.path, "rb") as existing:
-                    existing.seek(size - 1)
-                    self._needs_newline = existing.read(1) != b"\n"
-            self._fd = fd
+            make_dirs(self.path.parent, self.file_mode)
+            flags = os.O_WRONLY | os.O_APPEND
+            try:
+                self._fd = create_file(self.path, self.file_mode, flags)
+            except FileExistsError:
+                self._fd = os.open(self.path, flags | os.O_CLOEXEC)
         return self._fd
+
+
+def _ends_inside_a_line(path: Path) -> bool:
+    """Whether the file's last byte is not a newline (True when it cannot be read: an
+    extra newline costs an empty line, which readers skip; a missing one costs a record)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+_FIXES = {
+    errno.ENOSPC: "free space on that file system",
+    errno.EDQUOT: "free space within your quota on that file system",
+    errno.EROFS: "make that file system writable",
+    errno.EACCES: "make the ledger writable for this user",
+    errno.EPERM: "make the ledger writable for this user",
+}
+
+
+def ledger_write_error(path: Path, exc: OSError) -> LedgerWriteError:
+    """The error for a record that may not be durable: file, file system, OS error, fix."""
+    fix = _FIXES.get(exc.errno or 0, "repair that file system")
+    return LedgerWriteError(
+        f"cannot make a record durable in the ledger {path}: [Errno {exc.errno}] "
+        f"{exc.strerror} on {describe_filesystem(path)}. {fix.capitalize()}, or choose "
+        "another results directory (--haico-results, CLUSTER_WORK), then rerun the same "
+        "command: the items without a record run again"
+    )
 
 
 @dataclass(frozen=True)
@@ -79,68 +131,132 @@ _RESUME_FIELDS = re.compile(
     rb'.*?"verdict":"([a-z_]+)",.*?"finished_at":"([^"\\]*)",'
 )
 
+_RESUME_NEEDS = "resume needs every ledger of the arm, or it would run finished items again"
+
 
 def iter_ledger(path: Path, *, warn: Warn, resume_fields: bool = False) -> Iterator[RawRecord]:
     """Stream the valid records of one ledger file, warning about every line it skips.
 
     Never raises on content and never writes: a torn last line (a kill mid-write),
     garbage, a record of an unknown future schema are each skipped with a warning
-    naming the file and the line. With `resume_fields`, a whole line as this package
-    writes it yields only item_id, attempt, verdict and finished_at, read without a
-    full JSON parse (7x faster on long records).
+    naming the file and the line. A file that cannot be read at all (permissions, not
+    a regular file, an I/O error) raises `ResultsError`: skipping it would rerun what it
+    records. With `resume_fields`, a whole line as this package writes it yields only
+    item_id, attempt, verdict and finished_at, read without a full JSON parse (7x faster
+    on long records).
     """
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - the error is handled apart from the reads
+        # Non-blocking: opening a FIFO for reading would wait for a writer for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        if not path.is_symlink():
+            return  # removed since it was listed
+        problem = "it is a symbolic link to a missing file"
+        raise _unreadable(path, problem, "restore its target, or remove the link") from exc
     except OSError as exc:
-        warn(f"{path}: cannot read the ledger ({exc.strerror}); its records are ignored")
-        return
-    with handle:
-        number = 0
-        for raw in handle:
-            number += 1
-            if not raw.strip():
+        raise _unreadable(path, _os_problem(exc), "make it readable for this user") from exc
+    try:
+        kind = _file_kind(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if kind != "regular file":
+        os.close(fd)
+        problem = f"it is a {kind}, not a regular file"
+        raise _unreadable(path, problem, f"move it out of {path.parent}")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            yield from _iter_lines(handle, path, warn=warn, resume_fields=resume_fields)
+        except OSError as exc:
+            raise _unreadable(path, _os_problem(exc), "repair its file system") from exc
+
+
+def _iter_lines(
+    handle: Iterable[bytes], path: Path, *, warn: Warn, resume_fields: bool
+) -> Iterator[RawRecord]:
+    number = 0
+    for raw in handle:
+        number += 1
+        if not raw.strip():
+            continue
+        torn = not raw.endswith(b"\n")
+        if resume_fields and not torn and raw.endswith(b"}\n"):
+            fields = _RESUME_FIELDS.match(raw)
+            if fields is not None:
+                item_id, attempt, verdict, finished_at = fields.groups()
+                data = {
+                    "schema": SCHEMA_VERSION,
+                    "item_id": item_id.decode(),
+                    "attempt": int(attempt),
+                    "verdict": verdict.decode(),
+                    "finished_at": finished_at.decode(),
+                }
+                yield RawRecord(data=data, path=path, line=number)
                 continue
-            torn = not raw.endswith(b"\n")
-            if resume_fields and not torn and raw.endswith(b"}\n"):
-                fields = _RESUME_FIELDS.match(raw)
-                if fields is not None:
-                    item_id, attempt, verdict, finished_at = fields.groups()
-                    data = {
-                        "schema": SCHEMA_VERSION,
-                        "item_id": item_id.decode(),
-                        "attempt": int(attempt),
-                        "verdict": verdict.decode(),
-                        "finished_at": finished_at.decode(),
-                    }
-                    yield RawRecord(data=data, path=path, line=number)
-                    continue
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                what = "a torn last line (a kill mid-write?)" if torn else "not valid JSON"
-                warn(f"{path}:{number}: skipped {what}")
-                continue
-            if not isinstance(data, dict):
-                warn(f"{path}:{number}: skipped, not a JSON object")
-                continue
-            schema = data.get("schema")
-            if schema != SCHEMA_VERSION:
-                if isinstance(schema, int) and schema > SCHEMA_VERSION:
-                    warn(
-                        f"{path}:{number}: skipped a record of schema {schema}, newer than "
-                        f"this pytest-haico reads ({SCHEMA_VERSION}); upgrade pytest-haico"
-                    )
-                else:
-                    warn(f"{path}:{number}: skipped a record without a known schema ({schema!r})")
-                continue
-            yield RawRecord(data=data, path=path, line=number)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            what = "a torn last line (a kill mid-write?)" if torn else "not valid JSON"
+            warn(f"{path}:{number}: skipped {what}")
+            continue
+        if not isinstance(data, dict):
+            warn(f"{path}:{number}: skipped, not a JSON object")
+            continue
+        schema = data.get("schema")
+        if schema != SCHEMA_VERSION:
+            if isinstance(schema, int) and schema > SCHEMA_VERSION:
+                warn(
+                    f"{path}:{number}: skipped a record of schema {schema}, newer than "
+                    f"this pytest-haico reads ({SCHEMA_VERSION}); upgrade pytest-haico"
+                )
+            else:
+                warn(f"{path}:{number}: skipped a record without a known schema ({schema!r})")
+            continue
+        yield RawRecord(data=data, path=path, line=number)
 
 
 def iter_ledger_dir(
     directory: Path, *, warn: Warn, resume_fields: bool = False
 ) -> Iterator[RawRecord]:
-    """Stream every `*.jsonl` ledger in `directory` (one file per run), in name order."""
-    if not directory.is_dir():
+    """Stream every `*.jsonl` ledger in `directory` (one file per run), in name order.
+
+    A missing directory has no records; one that is not a directory, or cannot be
+    listed, raises `ResultsError`.
+    """
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(entry.name for entry in entries if entry.name.endswith(".jsonl"))
+    except FileNotFoundError:
         return
-    for path in sorted(directory.glob("*.jsonl")):
-        yield from iter_ledger(path, warn=warn, resume_fields=resume_fields)
+    except NotADirectoryError:
+        raise ResultsError(
+            f"the ledger directory {directory} is not a directory; {_RESUME_NEEDS}: move it "
+            "aside (the ledger directory holds one <run_id>.jsonl per run), then rerun"
+        ) from None
+    except OSError as exc:
+        raise ResultsError(
+            f"cannot list the ledger directory {directory}: {_os_problem(exc)}; "
+            f"{_RESUME_NEEDS}: make it readable for this user"
+        ) from exc
+    for name in names:
+        yield from iter_ledger(directory / name, warn=warn, resume_fields=resume_fields)
+
+
+def _unreadable(path: Path, problem: str, fix: str) -> ResultsError:
+    return ResultsError(f"cannot read the ledger {path}: {problem}; {_RESUME_NEEDS}: {fix}")
+
+
+def _os_problem(exc: OSError) -> str:
+    return f"[Errno {exc.errno}] {exc.strerror}"
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "special file")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -13,11 +14,24 @@ import pytest
 
 from pytest_haico import __version__
 from pytest_haico.config.items import ItemSpec
+from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.errors import LedgerWriteError, ResultsError
+from pytest_haico.ledger.claims import Holder, ShareClaim, claim_share
+from pytest_haico.ledger.files import (
+    DEFAULT_FILE_MODE,
+    describe_filesystem,
+    make_dirs,
+)
 from pytest_haico.ledger.jsonl import LedgerWriter
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
-from pytest_haico.ledger.rundir import ArmPaths, RunClaim, claim_run_dir, job_part
+from pytest_haico.ledger.rundir import ArmPaths, RunClaim, claim_run_dir, job_part, remove_run_dir
 from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.redact import PLACEHOLDER, Redactor
+
+# Error messages are capped in the ledger, after redaction (a cut secret would survive it).
+MAX_MESSAGE = 2000
+_WHOLE = Shard(0, 1)
 
 
 def utc_now() -> datetime:
@@ -45,29 +59,69 @@ class Recorder:
     """The campaign's ledger writer: one record per item attempt, claimed run dirs per arm.
 
     Anything may call `record` (the runner from its worker thread, the report hooks
-    from the main thread); the first call for an attempt wins, later ones are ignored.
+    from the main thread); the first call for an attempt that reaches the disk wins,
+    later ones are ignored. Every record passes the arm's redaction filter first.
     """
 
     def __init__(
-        self, *, campaign_dir: Path, campaign: str, job: SlurmJob, max_attempts: int
+        self,
+        *,
+        campaign_dir: Path,
+        campaign: str,
+        job: SlurmJob,
+        max_attempts: int,
+        shard: Shard = _WHOLE,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.campaign_dir = campaign_dir
         self.campaign = campaign
         self.job = job
         self.max_attempts = max_attempts
+        self.shard = shard
+        self.file_mode = file_mode
         self._job_part = job_part(job)
         self._lock = threading.Lock()
         self._claims: dict[str, RunClaim] = {}
+        self._shares: dict[tuple[str, str], ShareClaim] = {}
         self._writers: dict[str, LedgerWriter] = {}
+        self._redactors: dict[str, Redactor] = {}
         self.verdicts: dict[str, Counter[Verdict]] = {}
+        self.write_failure: LedgerWriteError | None = None
 
     def paths(self, arm: str) -> ArmPaths:
         return ArmPaths(self.campaign_dir / arm)
 
-    def claim(self, arm: str) -> RunClaim:
-        """This session's run directory for the arm, claimed on first use."""
+    def claim(self, arm: str, strata: Iterable[str] = ()) -> RunClaim:
+        """This session's run directory for the arm, claimed on first use, and the arm's
+        share of each stratum in `strata`.
+
+        Raises `ResultsError` when the results directory cannot be written, and its
+        `ShareClaimedError` when another live run holds one of the shares.
+        """
         with self._lock:
-            return self._claim_locked(arm)
+            new_run = arm not in self._claims
+            claim = self._claim_locked(arm)
+            taken: list[tuple[str, str]] = []
+            try:
+                # In one order for every run, so that of two runs wanting overlapping
+                # shares at the same moment one always gets all of its own.
+                for stratum in sorted(set(strata)):
+                    if (arm, stratum) not in self._shares:
+                        self._shares[arm, stratum] = self._claim_share(arm, stratum, claim.run_id)
+                        taken.append((arm, stratum))
+            except ResultsError:
+                for key in taken:
+                    self._shares.pop(key).release()
+                if new_run:  # a refused run leaves no run directory behind
+                    del self._claims[arm], self._writers[arm]
+                    remove_run_dir(claim.path)
+                raise
+            return claim
+
+    def use_redactor(self, arm: str, redactor: Redactor) -> None:
+        """Filter the arm's records through `redactor` (the one that knows its stack's secrets)."""
+        with self._lock:
+            self._redactors[arm] = redactor
 
     def record(
         self,
@@ -79,14 +133,21 @@ class Recorder:
         finished_at: datetime | None = None,
         in_flight_at_start: int = 0,
     ) -> LedgerRecord | None:
-        """Append the attempt's record unless it already has one; return what was written."""
+        """Append the attempt's record unless it already has one; return what was written.
+
+        The attempt counts as recorded once the record is fsynced. Raises
+        `LedgerWriteError` when it could not be; `write_failure` keeps the first.
+        """
         with self._lock:
             if state.recorded is not None:
                 return None
             if verdict.counts_as_attempt and state.attempt >= self.max_attempts:
                 verdict = Verdict.GAVE_UP
-            state.recorded = verdict
             spec = state.spec
+            redactor = self._redactors.get(spec.arm.name) or Redactor()
+            if error is not None:
+                message = redactor.redact(error.message)[:MAX_MESSAGE]
+                error = ErrorInfo(kind=error.kind, message=message)
             finished = finished_at or utc_now()
             started = state.started_at or finished
             record = LedgerRecord(
@@ -113,7 +174,13 @@ class Recorder:
                 slurm=slurm_info(self.job),
                 harness_version=__version__,
             )
-            self._writers[spec.arm.name].append(record)
+            record = redact_record(record, redactor)
+            try:
+                self._writers[spec.arm.name].append(record)
+            except LedgerWriteError as exc:
+                self.write_failure = self.write_failure or exc
+                raise
+            state.recorded = verdict
             self.verdicts.setdefault(spec.arm.name, Counter())[verdict] += 1
             return record
 
@@ -133,18 +200,58 @@ class Recorder:
             return {arm: writer.path for arm, writer in self._writers.items()}
 
     def close(self) -> None:
+        """Close the ledgers and give up the share claims."""
         with self._lock:
             for writer in self._writers.values():
                 writer.close()
+            for share in self._shares.values():
+                share.release()
+            self._shares.clear()
 
     def _claim_locked(self, arm: str) -> RunClaim:
         claim = self._claims.get(arm)
         if claim is None:
             paths = self.paths(arm)
-            claim = claim_run_dir(paths, self._job_part)
+            try:
+                claim = claim_run_dir(paths, self._job_part, file_mode=self.file_mode)
+            except OSError as exc:
+                raise self._unwritable(exc, paths.runs_dir) from exc
             self._claims[arm] = claim
-            self._writers[arm] = LedgerWriter(paths.ledger(claim.run_id))
+            self._writers[arm] = LedgerWriter(paths.ledger(claim.run_id), file_mode=self.file_mode)
         return claim
+
+    def _claim_share(self, arm: str, stratum: str, run_id: str) -> ShareClaim:
+        path = self.paths(arm).share_claim(self.shard, stratum)
+        share = f"arm {arm}, shard {self.shard}, stratum {stratum}"
+        me = Holder.current(self.job, run_id)
+        try:
+            make_dirs(path.parent, self.file_mode)
+            return claim_share(path, me, share=share, file_mode=self.file_mode)
+        except OSError as exc:
+            raise self._unwritable(exc, path) from exc
+
+    def _unwritable(self, exc: OSError, path: Path) -> ResultsError:
+        results = self.campaign_dir.parent
+        failed = Path(exc.filename) if exc.filename else path
+        problem = f"cannot write to the results directory {results}: {failed}: [Errno {exc.errno}]"
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+            return ResultsError(
+                f"{problem} {exc.strerror}; the results need a directory there: move it aside, "
+                "then rerun"
+            )
+        return ResultsError(
+            f"{problem} {exc.strerror} on {describe_filesystem(failed)}. Use a writable file "
+            "system with free space: --haico-results DIR (ini haico_results, env "
+            "PYTEST_HAICO_RESULTS), or CLUSTER_WORK (results go to $CLUSTER_WORK/results)"
+        )
+
+
+def redact_record(record: LedgerRecord, redactor: Redactor) -> LedgerRecord:
+    """The record with every string passed through `redactor` (itself when nothing changed)."""
+    # `dumps` searches the encoded record once and redacts string by string only when
+    # something may be a secret: 5x cheaper than walking every string of every turn.
+    text = redactor.dumps(record.model_dump(mode="json", by_alias=True))
+    return LedgerRecord.model_validate_json(text) if PLACEHOLDER in text else record
 
 
 def slurm_info(job: SlurmJob) -> SlurmInfo | None:

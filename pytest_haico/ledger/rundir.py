@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -9,16 +10,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.ledger.files import DEFAULT_FILE_MODE, dir_mode, make_dirs, write_new_file
 
 
 def job_part(job: SlurmJob, *, pid: int | None = None, now: float | None = None) -> str:
     """The job part of a run_id: array job + task, else job, else a local timestamp + pid."""
-    if job.array_job_id and job.array_task_id:
-        part = f"{job.array_job_id}_{job.array_task_id}"
-    elif job.job_id:
-        part = job.job_id
-    else:
+    part = job.key
+    if part is None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
         return f"local-{stamp}-{os.getpid() if pid is None else pid}"
     return f"{part}r{job.restart_count}" if job.restart_count else part
@@ -42,11 +42,18 @@ class ArmPaths:
     def runs_dir(self) -> Path:
         return self.root / "runs"
 
+    @property
+    def claims_dir(self) -> Path:
+        return self.root / "claims"
+
     def ledger(self, run_id: str) -> Path:
         return self.ledger_dir / f"{run_id}.jsonl"
 
     def transcript(self, item_id: str, run_id: str, attempt: int) -> Path:
         return self.transcripts_dir / f"{item_id}.{run_id}.{attempt}.jsonl"
+
+    def share_claim(self, shard: Shard, stratum: str) -> Path:
+        return self.claims_dir / f"shard-{shard.index}of{shard.count}.{stratum}.json"
 
 
 @dataclass(frozen=True)
@@ -57,27 +64,45 @@ class RunClaim:
     path: Path
 
 
-def claim_run_dir(paths: ArmPaths, part: str) -> RunClaim:
-    """Claim `runs/<part>.<k>` for the first free k with `mkdir`, atomic on every file system."""
-    paths.runs_dir.mkdir(parents=True, exist_ok=True)
+def claim_run_dir(paths: ArmPaths, part: str, *, file_mode: int = DEFAULT_FILE_MODE) -> RunClaim:
+    """Claim `runs/<part>.<k>` for the first free k with `mkdir`, atomic on every file system.
+
+    The arm's directories are made with the results mode. `claim.json` appears whole
+    or not at all; on an OS error (read-only, full) the new run directory is removed
+    again and the error propagates.
+    """
+    for directory in (paths.runs_dir, paths.ledger_dir, paths.transcripts_dir):
+        make_dirs(directory, file_mode)
     k = 1
     while True:
         run_id = f"{part}.{k}"
         target = paths.runs_dir / run_id
         try:
-            target.mkdir()
+            target.mkdir(dir_mode(file_mode))
         except FileExistsError:
             k += 1
             continue
-        claim = {
-            "host": socket.gethostname(),
-            "job": part,
-            "pid": os.getpid(),
-            "run_id": run_id,
-            "claimed_at": time.time(),
-        }
-        fd = os.open(target / "claim.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(claim, handle)
-            handle.write("\n")
-        return RunClaim(run_id=run_id, path=target)
+        break
+    claim = {
+        "host": socket.gethostname(),
+        "job": part,
+        "pid": os.getpid(),
+        "run_id": run_id,
+        "claimed_at": time.time(),
+    }
+    try:
+        os.chmod(target, dir_mode(file_mode))  # mkdir's mode went through the umask
+        write_new_file(target / "claim.json", json.dumps(claim).encode() + b"\n", file_mode)
+        make_dirs(target / "logs", file_mode)
+    except BaseException:
+        remove_run_dir(target)
+        raise
+    return RunClaim(run_id=run_id, path=target)
+
+
+def remove_run_dir(target: Path) -> None:
+    """Undo a claim (failed half-way, or refused): nothing else is in the directory yet."""
+    for remove in ((target / "logs").rmdir, (target / "claim.json").unlink, target.rmdir):
+        # A read-only file system keeps the empty directory; it has no claim.json.
+        with contextlib.suppress(OSError):
+            remove()

@@ -54,7 +54,12 @@ def test_append_writes_one_fsynced_line_per_record(
 
     synced: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     writer = LedgerWriter(tmp_path / "ledger" / "run.jsonl")
     writer.append(make_record("a" * 64))
     writer.append(make_record("b" * 64))

@@ -1,0 +1,198 @@
+"""Share claims: at most one live run per campaign × arm × shard × stratum.
+
+Two runs of the same share (a double `sbatch`) would both run every item. Locks do not
+work across nodes on shared file systems, so a claim is a file made with `link`, which is
+atomic everywhere, NFS included, and complete from its first moment. It records its
+holder; it is stale when the holder is dead: on the same host, its pid is gone or was
+reused (another start time, another boot); on another host, only when it is this very
+job's earlier incarnation (Slurm runs one incarnation of a job at a time). Whether a
+holder on another host is alive cannot be told from here: the refusal names the file to
+remove once that run is known dead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.errors import ResultsError, ShareClaimedError
+from pytest_haico.ledger.files import create_file, write_fully
+
+_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a claim: enough to name the run and to tell whether it is dead."""
+
+    host: str
+    pid: int
+    start_time: int | None  # clock ticks since boot, from /proc/<pid>/stat
+    boot_id: str | None
+    job: str | None  # `SlurmJob.key`: the same across requeues
+    restart_count: int
+    run_id: str
+    claimed_at: float
+
+    @classmethod
+    def current(cls, job: SlurmJob, run_id: str) -> Holder:
+        pid = os.getpid()
+        return cls(
+            host=socket.gethostname(),
+            pid=pid,
+            start_time=process_start_time(pid),
+            boot_id=_boot_id(),
+            job=job.key,
+            restart_count=job.restart_count,
+            run_id=run_id,
+            claimed_at=time.time(),
+        )
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode() + b"\n"
+
+    @classmethod
+    def parse(cls, data: bytes) -> Holder | None:
+        """The holder a claim file records, or None for a file that is not a claim."""
+        try:
+            fields = json.loads(data)
+            # Only the known fields: a later version may record more.
+            holder = cls(**{name: fields[name] for name in cls.__dataclass_fields__})
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not (isinstance(holder.host, str) and isinstance(holder.pid, int)):
+            return None
+        return holder
+
+    def is_dead(self, me: Holder) -> bool:
+        """Whether this holder is certainly not running any more, as seen from `me`."""
+        if self.host == me.host:
+            if self.boot_id is not None and me.boot_id is not None and self.boot_id != me.boot_id:
+                return True  # the host rebooted since
+            started = process_start_time(self.pid)
+            if started is None:
+                return True
+            return self.start_time is not None and started != self.start_time  # pid reused
+        return self.job is not None and self.job == me.job and self.restart_count < me.restart_count
+
+    def describe(self) -> str:
+        job = f", Slurm job {self.job}" if self.job else ""
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.claimed_at))
+        return f"run {self.run_id} (host {self.host}, pid {self.pid}{job}, since {since})"
+
+
+def share_claimed(share: str, holder: Holder, path: Path) -> ShareClaimedError:
+    """The refusal of a share another live run holds: who holds it and what to do."""
+    return ShareClaimedError(
+        f"{share} is being run by {holder.describe()}; a second run would run its items "
+        f"again. Let that run finish or cancel it; if it is dead (e.g. its node failed), "
+        f"remove {path}, then rerun",
+        holder=holder,
+        path=path,
+    )
+
+
+@dataclass(frozen=True)
+class ShareClaim:
+    """A share claim this process holds."""
+
+    path: Path
+    content: bytes
+
+    def release(self) -> None:
+        """Remove the claim if it is still ours (a run judged dead may have lost it)."""
+        try:
+            if self.path.read_bytes() == self.content:
+                self.path.unlink()
+        except OSError:
+            pass  # gone already, or the file system went away: it is stale either way
+
+
+def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareClaim:
+    """Take the claim at `path`, breaking a stale one; `ShareClaimedError` if it is held.
+
+    `share` names it in messages ("arm demo, shard 0/1, stratum default"). OS errors
+    (a read-only or full file system) propagate, and leave no file behind.
+    """
+    content = me.to_json()
+    for _ in range(_ATTEMPTS):
+        if _link_new(path, content, file_mode):
+            return ShareClaim(path, content)
+        try:
+            found = path.read_bytes()
+        except FileNotFoundError:
+            continue  # released meanwhile: try again
+        other = Holder.parse(found)
+        if other is not None and not other.is_dead(me):
+            raise share_claimed(share, other, path)
+        _break(path, found)
+    raise ResultsError(
+        f"{share}: could not take the claim {path}: other runs kept taking it; find what "
+        "else runs this share (squeue, ps), then rerun"
+    )
+
+
+def _link_new(path: Path, content: bytes, file_mode: int) -> bool:
+    """Create `path` holding `content`, atomically; False if it exists."""
+    temp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    temp.unlink(missing_ok=True)  # left by a killed process that had our pid
+    try:
+        fd = create_file(temp, file_mode)
+        try:
+            write_fully(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            # Over NFS a retried link can report EEXIST for its own success.
+            return os.stat(temp).st_nlink == 2
+        return True
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _break(path: Path, stale: bytes) -> None:
+    """Remove the stale claim `stale` at `path`, and nothing a live run took meanwhile.
+
+    The rename moves whatever is there now; if that is not the file judged stale, a
+    live run claimed it since, and it is put back.
+    """
+    aside = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.stale")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another run broke it first
+    try:
+        if aside.read_bytes() != stale:
+            with contextlib.suppress(FileExistsError):  # then a third run holds it
+                os.link(aside, path)
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+def process_start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), or None if it is not running."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: everything after the last ")" is plain.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None  # a zombie has ended; its parent just has not reaped it
+    return int(fields[19])
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None

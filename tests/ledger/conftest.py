@@ -1,0 +1,81 @@
+"""Real file systems for the ledger's failure tests (a tiny tmpfs: full, or read-only), and
+the campaign fixtures of tests/campaign."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.verdicts import Verdict
+from tests.campaign.conftest import _outside_slurm, campaign  # noqa: F401 - fixtures
+
+Mount = Callable[..., Path]
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Mount]:
+    """`tmpfs(path, size="64k", read_only=False)` mounts a small tmpfs at `path` (root only);
+    every mount is undone at teardown."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, *, size: str = "64k", read_only: bool = False) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        path.mkdir(parents=True, exist_ok=True)
+        options = f"size={size},mode=0755" + (",ro" if read_only else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        # Lazy: a file a failed run left open must not keep the mount.
+        subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system of `directory` to the last byte; return the filler to remove."""
+    filler = directory / "filler.bin"
+    with open(filler, "wb", buffering=0) as handle:
+        for _ in range(1 << 20):
+            try:
+                handle.write(b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                return filler
+    raise AssertionError(f"{directory} did not fill up")
+
+
+def make_record(item_id: str = "a" * 64, *, verdict: Verdict = Verdict.COMPLETED) -> LedgerRecord:
+    return LedgerRecord(
+        run_id="local-1.1",
+        campaign="default",
+        arm="demo",
+        stratum="default",
+        item_id=item_id,
+        nodeid="t::x",
+        script="s",
+        script_sha256="0" * 64,
+        repeat=0,
+        attempt=1,
+        outcome=verdict.outcome,
+        verdict=verdict,
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:00:01+00:00",
+        duration_s=1.0,
+        model_identity="m",
+        backend_identity="b",
+        harness_version="0",
+    )
