@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -21,14 +22,15 @@ from pytest_haico.driver.conversation import (
     run_conversation,
 )
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
-from pytest_haico.errors import StackError
+from pytest_haico.errors import LedgerWriteError, StackError
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
-from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.loop import Runner
+from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
 from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import Stack, build_local_stack
 from pytest_haico.stack.service import read_log_tail
@@ -82,23 +84,23 @@ class ArmRun:
         arm: Arm,
         *,
         concurrency: int,
-        drain_timeout: float,
         recorder: Recorder,
         breaker: CircuitBreaker,
-        on_trip: Callable[[str], None],
+        on_stop: Callable[[str], None],
     ) -> None:
         self.arm = arm
         self.concurrency = concurrency
-        self.drain_timeout = drain_timeout
         self.recorder = recorder
         self.breaker = breaker
-        self.on_trip = on_trip
+        self.on_stop = on_stop
         self.claim: RunClaim = recorder.claim(arm.name)
         self.paths: ArmPaths = recorder.paths(arm.name)
         self.stack: Stack | None = None
         self.view: HaicoStack | None = None
         self.redactor = Redactor()
         self._runner: Runner[ItemAttempt, ConversationResult, Conversation] | None = None
+        self._submitted: set[ItemAttempt] = set()
+        self._watch: ServiceWatch | None = None
         self._client: httpx.AsyncClient | None = None
         self._snapshots: PostgresSnapshotReader | None = None
         self._stopped = False
@@ -117,8 +119,19 @@ class ArmRun:
         return (self._stopped_at or time.monotonic()) - self._started_at
 
     def start(self) -> HaicoStack:
-        """Start the stack, then the runner; leak-proof (a failure stops what started)."""
+        """Start the stack, then the runner; leak-proof (a failure stops what started).
+
+        Every failure to start is a `StackError`, whatever raised it.
+        """
         self._started_at = time.monotonic()
+        try:
+            return self._start()
+        except StackError:
+            raise
+        except Exception as exc:
+            raise StackError(self.redactor.redact(f"{type(exc).__name__}: {exc}")) from exc
+
+    def _start(self) -> HaicoStack:
         arm = self.arm
         stack = build_local_stack(
             self.claim.path / "logs",
@@ -135,15 +148,23 @@ class ArmRun:
             registry_mirror=self.claim.path / "services.json",
         )
         self.stack = stack
+        self.redactor = Redactor(stack.secrets)
+        self.recorder.use_redactor(arm.name, self.redactor)
         stack.start()
         try:
-            self.redactor = Redactor(stack.secrets)
             runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
                 concurrency=self.concurrency, finish=self._finish, name=f"haico-{arm.name}"
             )
             self._runner = runner
             runner.start()
             runner.call(self._open)
+            self._watch = ServiceWatch(
+                lambda: stack.orchestrator.processes,
+                busy=lambda: runner.in_flight > 0,
+                on_death=self._on_death,
+                name=f"haico-{arm.name}-watch",
+            )
+            self._watch.start()
         except BaseException:
             self.stop()
             raise
@@ -163,24 +184,33 @@ class ArmRun:
     def submit(self, state: ItemAttempt) -> None:
         """Queue the item's conversation; it starts as soon as a slot is free."""
         runner = self._require_runner()
+        self._submitted.add(state)
         runner.submit(state, lambda: self._converse(state))
 
     def wait(self, state: ItemAttempt) -> Conversation:
-        """Block until the item's conversation ended and its record is on disk."""
+        """Block until the item's conversation ended and its record is on disk.
+
+        An item the plan did not queue (its marks said pytest would skip it) is queued now.
+        """
+        if state not in self._submitted:
+            self.submit(state)
         return self._require_runner().wait(state)
 
     def stop(self) -> None:
-        """Drain the conversations (in-flight ones are recorded interrupted), stop the stack.
+        """Stop the stack; conversations still in flight are cancelled and recorded
+        interrupted at once (whatever stops a run early wants it stopped now).
 
         Exactly once; cleanup problems are logged, never raised over the original error.
         """
         if self._stopped:
             return
         self._stopped = True
+        if self._watch is not None:
+            self._watch.stop()
         runner = self._runner
         if runner is not None:
             try:
-                runner.drain(self.drain_timeout)
+                runner.drain(0, reason="the run is stopping")
                 runner.call(self._close, timeout=10)
             except Exception:  # the stack must still stop
                 _log.exception("haico: stopping the conversations of arm %s", self.arm.name)
@@ -210,7 +240,11 @@ class ArmRun:
             keepalive_expiry=3.0,
         )
         self._client = httpx.AsyncClient(trust_env=False, timeout=None, limits=limits)
-        self._snapshots = await PostgresSnapshotReader.connect(stack.readonly_dsn)
+        try:
+            self._snapshots = await PostgresSnapshotReader.connect(stack.readonly_dsn)
+        except Exception as exc:
+            message = f"the snapshot connection to postgres failed: {type(exc).__name__}: {exc}"
+            raise StackError(self.redactor.redact(message)) from exc
 
     async def _close(self) -> None:
         if self._client is not None:
@@ -239,9 +273,32 @@ class ArmRun:
                 progress=progress,
             )
         except asyncio.CancelledError:
-            return progress.interrupted_result()
+            return self._with_death(progress.interrupted_result())
+        if result.verdict is Verdict.INFRA_ERROR and self._watch is not None:
+            # A dead service explains the failure better than the symptom the driver saw.
+            death = self._watch.check()
+            if death is not None:
+                return self._with_death(result)
         self._observe(result)
         return result
+
+    def _with_death(self, result: ConversationResult) -> ConversationResult:
+        """The result of a conversation a dead service ended: infra_error, naming it."""
+        death = self._watch.death if self._watch is not None else None
+        if death is None:
+            return result
+        verdict = resolve_verdict([result.verdict, Verdict.INFRA_ERROR])
+        if verdict is not Verdict.INFRA_ERROR:
+            return result  # a substitution found earlier still outranks it
+        message = self.redactor.redact(death.describe())
+        error = ErrorInfo(kind="service_died", message=message)
+        return dataclasses.replace(result, verdict=verdict, error=error)
+
+    def _on_death(self, death: ServiceDeath) -> None:
+        """Stop at once: nothing more is admitted, what is in flight ends as infra_error."""
+        reason = self.redactor.redact(death.describe())
+        self._require_runner().cancel_in_flight(reason)
+        self.on_stop(reason)
 
     def _observe(self, result: ConversationResult) -> None:
         """Feed the breaker while the conversation still holds its slot, so that no
@@ -253,7 +310,7 @@ class ArmRun:
             reason = f"circuit breaker: {self.breaker.reason()}"
             self._require_runner().stop_admitting(reason)
             culprit = service or "backend"
-            self.on_trip(f"{reason}; the tail of the {culprit} log:\n{self.log_tail(culprit)}")
+            self.on_stop(f"{reason}; the tail of the {culprit} log:\n{self.log_tail(culprit)}")
 
     # -- on the runner's finish threads -------------------------------------------------
 
@@ -262,14 +319,21 @@ class ArmRun:
     ) -> Conversation:
         result = outcome if isinstance(outcome, ConversationResult) else self._failed(outcome)
         state.started_at = result.started_at
-        record = self.recorder.record(
-            state,
-            result.verdict,
-            turns=result.turns,
-            error=result.error,
-            finished_at=result.finished_at,
-            in_flight_at_start=in_flight,
-        )
+        try:
+            record = self.recorder.record(
+                state,
+                result.verdict,
+                turns=result.turns,
+                error=result.error,
+                finished_at=result.finished_at,
+                in_flight_at_start=in_flight,
+            )
+        except LedgerWriteError as exc:
+            # Results that cannot be kept are not worth running: stop as a tripped breaker
+            # does (exit 75), blaming the file system. The item's wait() raises it.
+            self._require_runner().stop_admitting(str(exc))
+            self.on_stop(str(exc))
+            raise
         return Conversation(spec=state.spec, result=result, record=record)
 
     def _failed(self, exc: BaseException) -> ConversationResult:

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_haico.errors import GateError, StackError
+from pytest_haico.errors import StackError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.skips import is_skipped_by_marks
 
 if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
@@ -28,15 +29,21 @@ class ArmRuns:
         self.settings = settings
         self.arms = arms
         self.recorder = recorder
-        self.gate_failure: str | None = None
-        self.trip_reason: str | None = None
+        # The first arm whose stack did not start (exit 78), and why the run stopped early
+        # otherwise: a tripped breaker, a service that died (exit 75).
+        self.stack_failure: str | None = None
+        self.stop_reason: str | None = None
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
+        self._failures: dict[str, str] = {}
         self._attempts: dict[str, list[ItemAttempt]] = {}
         self._last_nodeid: dict[str, str] = {}
 
     def plan(self, session: pytest.Session, items: Sequence[pytest.Item]) -> None:
-        """Remember, per arm, which attempts to keep in flight and where the arm's items end."""
+        """Remember, per arm, which attempts to keep in flight and where the arm's items end.
+
+        Only items that will run are queued: one that a mark skips has no conversation.
+        """
         self._session = session
         for item in items:
             state = item.stash.get(ATTEMPT_KEY, None)
@@ -44,16 +51,22 @@ class ArmRuns:
                 continue
             arm = state.spec.arm.name
             self._last_nodeid[arm] = item.nodeid
-            if "haico_conversation" in getattr(item, "fixturenames", ()):
+            converses = "haico_conversation" in getattr(item, "fixturenames", ())
+            if converses and not is_skipped_by_marks(item):
                 self._attempts.setdefault(arm, []).append(state)
 
     def stack(self, arm: str) -> HaicoStack:
-        """The arm's running stack, started (and its conversations queued) on first use."""
+        """The arm's running stack, started (and its conversations queued) on first use.
+
+        An arm whose stack failed to start is not started again: each later use fails at
+        once with the same `StackError`.
+        """
+        failure = self._failures.get(arm)
+        if failure is not None:
+            raise StackError(failure)
         session = self._sessions.get(arm)
         # Stopped after the arm's last item, a later hand-written test starts it anew.
         if session is None or session.stopped:
-            if self.gate_failure is not None:
-                raise GateError(self.gate_failure)
             session = self._start(arm)
         assert session.view is not None
         return session.view
@@ -88,29 +101,44 @@ class ArmRuns:
         session = ArmRun(
             self.arms[arm],
             concurrency=settings.concurrency or self.arms[arm].run.concurrency,
-            drain_timeout=settings.drain_timeout,
             recorder=self.recorder,
             # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
             breaker=CircuitBreaker(),
-            on_trip=self._trip,
+            on_stop=self._stop_early,
         )
         self._sessions[arm] = session
         try:
             session.start()
         except StackError as exc:
-            self.gate_failure = f"the stack of arm {arm} did not start: {exc}"
-            if self._session is not None:
-                self._session.shouldstop = f"haico: {self.gate_failure}"
-            raise GateError(self.gate_failure) from None
+            failure = f"the stack of arm {arm} did not start: {exc}"
+            self._failures[arm] = failure
+            if self.stack_failure is None:
+                self.stack_failure = failure
+            self._stop_session(failure)
+            raise StackError(failure) from None
         for state in self._attempts.get(arm, []):
             if state.recorded is None:
                 session.submit(state)
         return session
 
-    def _trip(self, reason: str) -> None:
-        self.trip_reason = reason
+    def _stop_early(self, reason: str) -> None:
+        """A breaker tripped or a service died: the session stops after the current item."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._stop_session(reason)
+
+    def _stop_session(self, reason: str) -> None:
         if self._session is not None:
-            self._session.shouldstop = f"haico: {reason}"
+            self._session.shouldstop = f"haico: {_headline(reason)}"
+
+
+def _headline(reason: str) -> str:
+    """The reason without the log tail it ends on, for pytest's one-line "Interrupted: ...";
+    the haico summary shows it whole."""
+    first = reason.splitlines()[0] if reason else reason
+    if first.endswith(":") and "; " in first:
+        first = first.rsplit("; ", 1)[0]
+    return first
 
 
 ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -37,8 +38,9 @@ class Runner(Generic[K, R, F]):
     the coroutine returned after catching it. ``admit(key)``, when given, runs on
     the loop before each start and returns a reason to stop admitting, or None.
 
-    `stop_admitting` is safe from any thread, from ``finish`` and from ``admit``;
-    `drain` and `close` block and must not be called from ``finish`` or the loop.
+    `stop_admitting` and `cancel_in_flight` are safe from any thread, from ``finish``
+    and from ``admit``; `drain` and `close` block and must not be called from
+    ``finish`` or the loop.
     """
 
     def __init__(
@@ -137,6 +139,21 @@ class Runner(Generic[K, R, F]):
             if self._reason is None:
                 self._reason = reason
         self._reject_queued()
+
+    def cancel_in_flight(self, reason: str) -> None:
+        """Stop admitting and cancel every running coroutine now, without waiting for them.
+
+        Safe from any thread, ``finish`` and ``admit`` included; each cancelled key's
+        finish() runs as after a drain.
+        """
+        self.stop_admitting(reason)
+        with self._lock:
+            loop = self._loop
+        if loop is None:
+            return
+        # RuntimeError: the loop was closed meanwhile, so nothing runs any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._cancel_tasks)
 
     def drain(self, timeout: float, *, reason: str = "the run is draining") -> None:
         """Stop admitting, give in-flight coroutines ``timeout`` seconds, then cancel them.
@@ -296,6 +313,10 @@ class Runner(Generic[K, R, F]):
         # The slot is free now: the next conversation need not wait for storage.
         self._executor.submit(self._finish, key, outcome, at_start)
         self._pump()
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
     async def _drain(self, timeout: float) -> None:
         if not self._tasks:

@@ -6,7 +6,10 @@ import json
 import os
 import re
 import signal
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from tests.integration.conftest import Project, wait_for
 
@@ -87,30 +90,19 @@ def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(project: Project) ->
     # flight (concurrency 2) may still end and be recorded.
     assert 5 <= len(records) <= 5 + 1
     assert {r["verdict"] for r in records} <= {"infra_error", "interrupted"}
-
-
-def test_ctrl_c_records_in_flight_conversations_as_interrupted(
-    project: Project, tmp_path: Path
-) -> None:
-    project.write("arms/demo.toml", "[run]\nconcurrency = 3\n[standin]\npersona = 'hang'\n")
-    project.write("scripts/a.jsonl", quick_scripts(6))
-    project.write("test_conversations.py", CONVERSATION_TEST)
-    process = project.start(
-        "--haico-exit", "campaign", "--haico-drain-timeout", "0", output=tmp_path / "out"
-    )
-    transcripts = project.arm_dir("demo") / "transcripts"
-    wait_for(
-        lambda: transcripts.is_dir() and len(list(transcripts.iterdir())) >= 3,
-        timeout=120,
-        what="three conversations in flight",
-    )
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=60) == 75
-    records = project.records("demo")
-    assert len(records) == 3
-    assert {r["verdict"] for r in records} == {"interrupted"}
-    rerun = project.run("--collect-only", "-q")
-    assert "haico: 0 done in ledger, 6 to run (3 retries)" in rerun.stdout
+    # The summary counts this run's records; pytest reported the items it reached.
+    errors = re.search(r"(\d+) errors? in ", result.stdout)
+    assert errors is not None, result.stdout
+    unreported = len(records) - int(errors.group(1))
+    verdicts = Counter(r["verdict"] for r in records)
+    counts = ", ".join(f"{verdicts[v]} {v}" for v in ("infra_error", "interrupted") if verdicts[v])
+    lines = [f"demo: {len(records)} item(s) in * s (stack included): {counts}"]
+    if unreported:
+        lines.append(
+            f"  {unreported} of them are not in pytest's counts: the session stopped before "
+            "they were reported"
+        )
+    pytest.LineMatcher(result.stdout.splitlines()).fnmatch_lines(lines)
 
 
 def test_haico_concurrency_overrides_the_arm(project: Project) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
+from functools import partial
 from pathlib import Path
+
+import pytest
 
 from tests.integration.conftest import Project, is_alive, wait_for
 
@@ -78,23 +80,22 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def test_stack_starts_once_stops_once_despite_failures(project: Project, tmp_path: Path) -> None:
+def test_stack_starts_once_stops_once_despite_failures(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project.write("arms/demo.toml", "")
     project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
     project.write("test_stack.py", HAND_WRITTEN)
     seen = tmp_path / "seen.jsonl"
-    os.environ["HAICO_TEST_SEEN"] = str(seen)
-    try:
-        result = project.run("experiments/test_stack.py", "-rA")
-    finally:
-        del os.environ["HAICO_TEST_SEEN"]
+    monkeypatch.setenv("HAICO_TEST_SEEN", str(seen))
+    result = project.run("experiments/test_stack.py", "-rA")
     assert "1 failed, 3 passed, 1 error" in result.stdout, result.stdout
     notes = [json.loads(line) for line in seen.read_text().splitlines()]
     assert len(notes) == 3 and all(note == notes[0] for note in notes)  # one stack, reused
     for pid in notes[0]["pids"].values():
-        wait_for(lambda pid=pid: not is_alive(pid), timeout=15, what=f"pid {pid} to exit")
+        wait_for(partial(_exited, pid), timeout=15, what=f"pid {pid} to exit")
     for port in notes[0]["ports"].values():
-        wait_for(lambda port=port: port_is_free(port), timeout=15, what=f"port {port} free")
+        wait_for(partial(port_is_free, port), timeout=15, what=f"port {port} free")
     logs = next((project.arm_dir("demo") / "runs").iterdir()) / "logs"
     postgres_log = (logs / "postgres.log").read_text()
     assert postgres_log.count("database system is ready to accept connections") == 1
@@ -115,22 +116,21 @@ def test_blocks(haico_stack):
 """
 
 
-def test_ctrl_c_stops_every_service(project: Project, tmp_path: Path) -> None:
+def test_ctrl_c_stops_every_service(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project.write("arms/demo.toml", "")
     project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
     project.write("test_block.py", BLOCKING)
     seen = tmp_path / "seen.json"
-    os.environ["HAICO_TEST_SEEN"] = str(seen)
-    try:
-        process = project.start("experiments/test_block.py", output=tmp_path / "out")
-    finally:
-        del os.environ["HAICO_TEST_SEEN"]
+    monkeypatch.setenv("HAICO_TEST_SEEN", str(seen))
+    process = project.start("experiments/test_block.py", output=tmp_path / "out")
     wait_for(seen.exists, timeout=120, what="the stack to come up")
     state = json.loads(seen.read_text())
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 2
     for pid in state["pids"]:
-        wait_for(lambda pid=pid: not is_alive(pid), timeout=15, what=f"pid {pid} to exit")
+        wait_for(partial(_exited, pid), timeout=15, what=f"pid {pid} to exit")
     assert all(port_is_free(port) for port in state["ports"])
 
 
@@ -206,3 +206,7 @@ def test_a_test_after_the_arms_last_item_gets_a_running_stack(project: Project) 
     result = project.run("-v")
     assert result.returncode == 0, result.stdout
     assert "test_after_the_campaign_items PASSED" in result.stdout
+
+
+def _exited(pid: int) -> bool:
+    return not is_alive(pid)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -131,3 +132,29 @@ def test_drain_and_close_refuse_to_run_inside_finish(make_runner: MakeRunner) ->
     runner = make_runner(finish=finish)
     runner.submit("k", converse)
     assert runner.wait("k", TIMEOUT) == "recorded"
+
+
+def test_cancel_in_flight_cancels_at_once_without_waiting_and_admits_nothing_more(
+    make_runner: MakeRunner, gates: Gates
+) -> None:
+    async def converse(key: str) -> str:
+        try:
+            await gates.pass_(key)
+        except asyncio.CancelledError:
+            return f"{key} cancelled"
+        return "never"
+
+    runner = make_runner(concurrency=2)
+    for key in ("a", "b", "queued"):
+        runner.submit(key, partial(converse, key))
+    gates.wait_started("a", "b")
+    # From another thread, as the watch that found a dead service does; it does not block.
+    watcher = threading.Thread(target=runner.cancel_in_flight, args=("postgres died",))
+    watcher.start()
+    watcher.join(TIMEOUT)
+    assert not watcher.is_alive()
+    assert runner.wait("a", TIMEOUT) == "a cancelled"
+    assert runner.wait("b", TIMEOUT) == "b cancelled"
+    with pytest.raises(NotAdmittedError, match="postgres died"):
+        runner.wait("queued", timeout=0)
+    assert runner.stop_reason == "postgres died"
