@@ -11,10 +11,15 @@ HaicoError
 ├── GateError            a preflight gate failed (exit 78)
 ├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
 ├── DumpError            pg_dump of the backend's database failed
+├── ResultsError         the results directory cannot be used (unreadable ledger, read-only or
+│   │                    full file system); raised before anything starts
+│   └── ShareClaimedError another live run holds this arm × shard × stratum
 └── NotAdmittedError     a conversation was never started: the runner had stopped admitting
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class HaicoError(Exception):
@@ -70,3 +75,17 @@ class NotAdmittedError(HaicoError):
 
 class DumpError(HaicoError):
     """pg_dump of the backend's database failed; the message is redacted."""
+
+
+class ResultsError(HaicoError):
+    """The results directory cannot be used as the run needs: an unreadable ledger, a read-only
+    or full file system, a share another live run holds. Raised before anything starts."""
+
+
+class ShareClaimedError(ResultsError):
+    """Another live run holds the share this run was about to run; `holder` describes it."""
+
+    def __init__(self, message: str, *, holder: object, path: Path) -> None:
+        self.holder = holder
+        self.path = path
+        super().__init__(message)

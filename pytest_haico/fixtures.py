@@ -16,6 +16,8 @@ from pytest_haico.runner.arm_runs import ARM_RUNS_KEY, ArmRuns
 # The stack's and the driver's modules load when a test first asks for them, not at
 # every pytest start: a campaign of plain items never pays for them.
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import httpx
 
     from pytest_haico.config.items import ItemSpec
@@ -46,7 +48,7 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
     try:
         conversation = _sessions(request).conversation(state)
     except NotAdmittedError as exc:
-        # Never started (a tripped breaker, a drain): no attempt, so no record.
+        # Never started (the run stopped early: a breaker, a dead service): no attempt, no record.
         pytest.skip(f"haico: not started: {exc.reason}")
     if conversation.verdict is Verdict.RATE_LIMITED:
         raise RateLimitedError(conversation.explain())
@@ -109,3 +111,34 @@ def _arm_for(request: pytest.FixtureRequest) -> str:
             'selected: mark the test with @pytest.mark.haico_arm("<arm>") or pass --haico-arm'
         )
     return selected[0]
+
+
+# Most specific first: `fixturenames` is the closure, so haico_conversation implies haico_item.
+_CAMPAIGN_FIXTURES = ("haico_conversation", "haico_client", "haico_item", "haico_stack")
+
+
+class NoCampaignPlugin:
+    """Registered when no experiments directory was found: tests that need the campaign are
+    one usage error at collection, not an error with a traceback per item."""
+
+    def __init__(self, experiments: Path) -> None:
+        self.experiments = experiments
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        asking = [(item, name) for item in items if (name := _campaign_fixture(item))]
+        if not asking:
+            return
+        item, name = asking[0]
+        count = f" ({len(asking)} tests ask for campaign fixtures)" if len(asking) > 1 else ""
+        raise pytest.UsageError(
+            f"haico: {item.nodeid} asks for {name}, but no campaign was loaded: there is no "
+            f"experiments directory at {self.experiments}; create it with arms/<arm>.toml and "
+            "scripts/<name>.yaml, or point --haico-experiments (ini haico_experiments, env "
+            f"PYTEST_HAICO_EXPERIMENTS) at yours{count}"
+        )
+
+
+def _campaign_fixture(item: pytest.Item) -> str | None:
+    names = getattr(item, "fixturenames", ())
+    return next((name for name in _CAMPAIGN_FIXTURES if name in names), None)

@@ -13,6 +13,8 @@ from pytest_haico.config.settings import Profile, Settings, add_options, resolve
 from pytest_haico.errors import ConfigError
 
 CAMPAIGN_PLUGIN = "haico-campaign"
+NO_CAMPAIGN_PLUGIN = "haico-no-campaign"
+SIGNALS_PLUGIN = "haico-signals"
 FIXTURES_PLUGIN = "haico-fixtures"
 
 
@@ -39,6 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"haico: --haico-experiments {settings.experiments}: no such directory; it must "
                 "hold arms/*.toml and scripts/*.yaml|*.jsonl"
             )
+        config.pluginmanager.register(
+            fixtures.NoCampaignPlugin(settings.experiments), NO_CAMPAIGN_PLUGIN
+        )
         return
     # Heavy imports only when there is a campaign to run.
     from pytest_haico.campaign import CampaignPlugin
@@ -49,8 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_haico.ledger.recorder import Recorder
     from pytest_haico.runner.arm_runs import ARM_RUNS_KEY, ArmRuns
 
-    job = SlurmJob.from_environ(os.environ)
     try:
+        job = SlurmJob.from_environ(os.environ)
         experiments = load_experiments(settings.experiments)
         site = load_cluster_env(settings.cluster_env) if settings.cluster_env else None
         settings = _with_site_results(settings, site.get("CLUSTER_WORK") if site else None)
@@ -72,30 +77,52 @@ def pytest_configure(config: pytest.Config) -> None:
         campaign=settings.campaign,
         job=job,
         max_attempts=settings.max_attempts,
+        shard=settings.shard,
+        file_mode=settings.results_mode,
     )
     sessions = ArmRuns(settings, experiments.arms, recorder)
     config.stash[ARM_RUNS_KEY] = sessions
     config.pluginmanager.register(
-        CampaignPlugin(settings, specs, recorder, sessions), CAMPAIGN_PLUGIN
+        CampaignPlugin(
+            settings,
+            specs,
+            recorder,
+            sessions,
+            collects_experiments=_collects(config, settings.experiments),
+        ),
+        CAMPAIGN_PLUGIN,
     )
+    from pytest_haico.signals import SignalsPlugin
+
+    config.pluginmanager.register(SignalsPlugin(), SIGNALS_PLUGIN)
 
 
 def _check_supported(settings: Settings) -> None:
     """Options of the public interface whose machinery has not landed yet are refused now,
     not after an hour in the queue."""
+    local = "use the local profile (the default)"
     unsupported = [
-        ("--haico-profile cluster", settings.profile is Profile.CLUSTER),
-        ("--haico-backend-image", settings.backend_image is not None),
-        ("--haico-backend-cmd", settings.backend_cmd is not None),
-        ("--haico-model-endpoint", settings.model_endpoint is not None),
-        ("--haico-attach", settings.attach is not None),
-        ("--haico-gates-only", settings.gates_only),
+        ("--haico-profile cluster", settings.profile is Profile.CLUSTER, local),
+        ("--haico-backend-image", settings.backend_image is not None, local),
+        ("--haico-backend-cmd", settings.backend_cmd is not None, local),
+        ("--haico-model-endpoint", settings.model_endpoint is not None, local),
+        ("--haico-attach", settings.attach is not None, local),
+        ("--haico-gates-only", settings.gates_only, local),
+        (
+            "--haico-drain-timeout",
+            settings.sources.get("drain_timeout", "default") != "default",
+            "leave it out: Ctrl-C stops at once and records the items in flight interrupted",
+        ),
+        (
+            "--haico-dump-interval",
+            settings.sources.get("dump_interval", "default") != "default",
+            "leave it out: this version writes no database dumps",
+        ),
     ]
-    for option, given in unsupported:
+    for option, given, advice in unsupported:
         if given:
             raise pytest.UsageError(
-                f"haico: {option} is not available in this version of pytest-haico; "
-                "use the local profile (the default)"
+                f"haico: {option} is not available in this version of pytest-haico; {advice}"
             )
 
 

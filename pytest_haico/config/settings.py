@@ -22,7 +22,7 @@ class Profile(enum.StrEnum):
 
 
 class ExitMode(enum.StrEnum):
-    """Exit-code semantics: pytest's own, or the campaign's (0 finished, 75 resubmit, 78 gate)."""
+    """Exit-code semantics: pytest's own, or the campaign's (0 done, 75 resubmit, 78 no stack)."""
 
     STRICT = "strict"
     CAMPAIGN = "campaign"
@@ -77,14 +77,20 @@ OPTIONS = (
     Option("concurrency", "conversations in flight per arm (default: the arm's)", "N"),
     Option("no_resume", "rerun items that already have a terminal record", flag=True),
     Option("max_attempts", "infra-failed attempts before gave_up (default: 3)", "N"),
-    Option("drain_timeout", "grace in seconds for in-flight items after USR1 (default: 120)", "S"),
-    Option("dump_interval", "seconds between periodic pg_dumps, 0: final only (default: 900)", "S"),
+    Option("drain_timeout", "not available in this version", "S"),
+    Option("dump_interval", "not available in this version", "S"),
     Option("exit", "exit-code semantics: strict (default) or campaign", "strict|campaign"),
-    Option("gates_only", "run the gates, print their table, run no item", flag=True),
+    Option("gates_only", "not available in this version", flag=True),
     Option("backend_image", "backend OCI image or SIF for this run", "REF"),
     Option("backend_cmd", "run the backend from this command instead", "CMD"),
     Option("model_endpoint", "use an already running model server at URL", "URL"),
     Option("attach", "use a stack kept up by `haico stack up` (its state file)", "FILE"),
+    Option(
+        "results_mode",
+        "mode of the files written under the results root, directories get x where r is set "
+        "(default: 0640)",
+        "MODE",
+    ),
 )
 
 
@@ -114,6 +120,7 @@ class Settings:
     backend_cmd: str | None
     model_endpoint: str | None
     attach: Path | None
+    results_mode: int
     sources: Mapping[str, str]
 
 
@@ -227,6 +234,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         backend_cmd=r.get("backend_cmd", _parse_text, None),
         model_endpoint=r.get("model_endpoint", _parse_text, None),
         attach=r.get("attach", path_from, None),
+        results_mode=r.get("results_mode", parse_results_mode, 0o640),
         sources=dict(r.sources),
     )
     if settings.backend_image and settings.backend_cmd:
@@ -254,6 +262,31 @@ def parse_shard(value: Any, source: str) -> Shard:
             f"(0..{count - 1}); shards count from 0"
         )
     return Shard(index, count)
+
+
+def parse_results_mode(value: Any, source: str) -> int:
+    """An octal file mode (`0640`, `644`, `0o600`) with r/w bits only, that the owner can read
+    and write and nobody else can write."""
+    text = str(value).strip()
+    digits = text.removeprefix("0o").removeprefix("0O") or "0"
+    problem = None
+    try:
+        mode = int(digits, 8)
+    except ValueError:
+        mode, problem = 0, "not an octal number"
+    if problem is None:
+        if mode & ~0o666:
+            problem = "a file mode has r and w bits only (no x, setuid, setgid or sticky bit)"
+        elif mode & 0o022:
+            problem = "group or others could write, and so change the ledger"
+        elif mode & 0o600 != 0o600:
+            problem = "the owner must be able to read and write"
+    if problem is not None:
+        raise pytest.UsageError(
+            f"haico: {source}: invalid results mode {text!r}: {problem}; give an octal file "
+            "mode such as 0640 (the default: the group may read) or 0644 (everyone may read)"
+        )
+    return mode
 
 
 def _parse_bool(value: Any, source: str) -> bool:

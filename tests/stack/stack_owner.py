@@ -10,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from stack_helpers import tiny
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pytest_haico.errors import StackError
 from pytest_haico.stack import Orchestrator, PortPool, PostgresService, Service, derive_base_port
+from tests.stack.stack_helpers import tiny
 
 
 def main() -> None:
