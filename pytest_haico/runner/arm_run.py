@@ -146,6 +146,7 @@ class ArmRun:
             rate_limit_rpm=arm.standin.rate_limit_rpm or None,
             recursion_flag=arm.standin.recursion_flag,
             registry_mirror=self.claim.path / "services.json",
+            log_mode=self.recorder.file_mode,
         )
         self.stack = stack
         self.redactor = Redactor(stack.secrets)

@@ -91,6 +91,7 @@ class Registry:
         state_dir: Path | None = None,
         *,
         mirror: Path | None = None,
+        mirror_mode: int = 0o640,
         job: str | None = None,
     ) -> None:
         directory = ensure_private_dir(
@@ -98,6 +99,7 @@ class Registry:
         )
         self.path = directory / f"{os.getpid()}.json"
         self.mirror = mirror
+        self.mirror_mode = mirror_mode
         self._job = job
         self._tmpdir = tempfile.gettempdir()
         self._services: dict[str, ServiceRecord] = {}
@@ -117,7 +119,7 @@ class Registry:
         write_private_file(self.path, content)
         if self.mirror is not None:
             self.mirror.parent.mkdir(parents=True, exist_ok=True)
-            write_private_file(self.mirror, content, mode=0o640)  # as results files are
+            write_private_file(self.mirror, content, mode=self.mirror_mode)  # a results file
 
     def record(self, record: ServiceRecord) -> None:
         """Add or replace the record of `record.name`."""

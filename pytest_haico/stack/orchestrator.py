@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,7 @@ class Orchestrator:
         state_dir: Path | None = None,
         ports: PortPool | None = None,
         registry_mirror: Path | None = None,
+        log_mode: int = 0o640,
         stop_grace: float = 10.0,
         max_port_attempts: int = 5,
         poll_interval: float = 0.05,
@@ -110,6 +112,7 @@ class Orchestrator:
             order.append(service.name)
         self.services = tuple(services)
         self.log_dir = log_dir
+        self.log_mode = log_mode  # the results' file mode: logs sit in the run directory
         self._state_dir = state_dir
         self._ports = ports if ports is not None else PortPool(state_dir)
         self._registry_mirror = registry_mirror
@@ -162,7 +165,10 @@ class Orchestrator:
             if self._reap:
                 reap_orphans(self._state_dir)
             self._registry = Registry(
-                self._state_dir, mirror=self._registry_mirror, job=self._ports.job
+                self._state_dir,
+                mirror=self._registry_mirror,
+                mirror_mode=self.log_mode,
+                job=self._ports.job,
             )
             self._start_all()
         except BaseException:
@@ -210,9 +216,9 @@ class Orchestrator:
         except BaseException:
             service.cleanup()
             raise
-        self._preparations[service.name] = _Preparation(
-            service, self.log_path(service.name), self._wake
-        )
+        log_path = self.log_path(service.name)
+        _create_log(log_path, self.log_mode)
+        self._preparations[service.name] = _Preparation(service, log_path, self._wake)
 
     def _spawn(self, service: Service, attempt: int) -> ServiceProcess:
         process = ServiceProcess(
@@ -368,3 +374,16 @@ class Orchestrator:
         tb: TracebackType | None,
     ) -> None:
         self._stop(quiet=exc_type is not None)
+
+
+def _create_log(path: Path, mode: int) -> None:
+    """Create `path` with exactly `mode` (whatever the umask); an existing log is kept."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)

@@ -177,6 +177,7 @@ def build_local_stack(
     state_dir: Path | None = None,
     ports: PortPool | None = None,
     registry_mirror: Path | None = None,
+    log_mode: int = 0o640,
     start_timeout: float = 60.0,
 ) -> Stack:
     """The local profile's services, not yet started; secrets go through the environment."""
@@ -248,6 +249,7 @@ def build_local_stack(
         state_dir=state_dir,
         ports=ports,
         registry_mirror=registry_mirror,
+        log_mode=log_mode,
     )
     return Stack(
         orchestrator,

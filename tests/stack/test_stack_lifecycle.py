@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -88,3 +89,25 @@ def test_spawn_refuses_threads_other_than_main(tmp_path: Path) -> None:
     thread.start()
     thread.join()
     assert [str(e) for e in errors] == ["web: services must be spawned from the main thread"]
+
+
+@pytest.mark.parametrize("log_mode", [0o640, 0o644])
+def test_service_logs_and_the_registry_mirror_get_the_results_mode_whatever_the_umask(
+    tmp_path: Path, log_mode: int
+) -> None:
+    old_umask = os.umask(0o000)
+    try:
+        stack = Orchestrator(
+            [tiny("web")],
+            tmp_path / "logs",
+            state_dir=tmp_path / "state",
+            registry_mirror=tmp_path / "services.json",
+            log_mode=log_mode,
+            reap=False,
+        )
+        with stack:
+            mirror_mode = (tmp_path / "services.json").stat().st_mode & 0o777
+    finally:
+        os.umask(old_umask)
+    assert (tmp_path / "logs" / "web.log").stat().st_mode & 0o777 == log_mode
+    assert mirror_mode == log_mode
