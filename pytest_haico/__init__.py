@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_haico.errors import (
     ConfigError,
-    GateError,
     HaicoError,
     InfraError,
     RateLimitedError,
@@ -51,7 +50,6 @@ _LAZY = {
 __all__ = [
     "ConfigError",
     "Conversation",
-    "GateError",
     "HaicoError",
     "HaicoStack",
     "InfraError",

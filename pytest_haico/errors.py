@@ -8,7 +8,6 @@ HaicoError
 │   └── WireError        the backend sent something that is not an event of the wire format
 ├── StackError           a service failed to start, answer or stop
 │   └── PortInUseError   a co-tenant took a service's port after it was claimed
-├── GateError            a preflight gate failed (exit 78)
 ├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
 ├── DumpError            pg_dump of the backend's database failed
 ├── ResultsError         the results directory cannot be used (unreadable ledger, read-only or
@@ -47,10 +46,6 @@ class RateLimitedError(InfraError):
 
 class StackError(HaicoError):
     """A service of the loopback stack failed to start, answer or stop."""
-
-
-class GateError(HaicoError):
-    """A preflight gate failed before the arm's first item."""
 
 
 class WireError(InfraError):

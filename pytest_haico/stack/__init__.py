@@ -10,7 +10,6 @@ from pytest_haico.stack.postgres import PostgresBinaries, PostgresService, find_
 from pytest_haico.stack.profiles import HttpService, Stack, build_local_stack
 from pytest_haico.stack.service import (
     Command,
-    PortInUseError,
     Service,
     ServiceProcess,
     new_secret,
@@ -20,7 +19,6 @@ __all__ = [
     "Command",
     "HttpService",
     "Orchestrator",
-    "PortInUseError",
     "PortPool",
     "PostgresBinaries",
     "PostgresService",

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from pytest_haico.errors import StackError
+from pytest_haico.errors import PortInUseError, StackError
 from pytest_haico.stack.janitor import Registry, ServiceRecord, reap_orphans
 from pytest_haico.stack.ports import PortPool
-from pytest_haico.stack.service import PortInUseError, Service, ServiceProcess
+from pytest_haico.stack.service import Service, ServiceProcess
 
 logger = logging.getLogger(__name__)
 

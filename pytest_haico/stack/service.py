@@ -17,7 +17,7 @@ from pathlib import Path
 from secrets import token_urlsafe
 from typing import Protocol
 
-from pytest_haico.errors import StackError
+from pytest_haico.errors import PortInUseError, StackError
 from pytest_haico.redact import Redactor
 from pytest_haico.stack.procfs import (
     death_signal_preexec,
@@ -31,10 +31,6 @@ logger = logging.getLogger(__name__)
 _TAIL_BYTES = 8192
 _TAIL_LINES = 25
 _KILL_WAIT = 5.0
-
-
-class PortInUseError(StackError):
-    """The service could not bind its port: a co-tenant took it after it was claimed."""
 
 
 @dataclass(frozen=True, kw_only=True)
