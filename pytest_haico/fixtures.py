@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 import pytest_asyncio
 
-from pytest_haico.errors import InfraError, RateLimitedError
+from pytest_haico.errors import InfraError, NotAdmittedError, RateLimitedError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY
-from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.ledger.verdicts import Outcome, Verdict
 from pytest_haico.runner.arm_runs import ARM_RUNS_KEY, ArmRuns
 
 # The stack's and the driver's modules load when a test first asks for them, not at
@@ -43,8 +43,6 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
     state = request.node.stash.get(ATTEMPT_KEY, None)
     if state is None:
         raise pytest.UsageError(f"haico: {request.node.nodeid} is not a selected campaign item")
-    from pytest_haico.errors import NotAdmittedError
-
     try:
         conversation = _sessions(request).conversation(state)
     except NotAdmittedError as exc:
@@ -52,7 +50,7 @@ def haico_conversation(request: pytest.FixtureRequest, haico_item: ItemSpec) -> 
         pytest.skip(f"haico: not started: {exc.reason}")
     if conversation.verdict is Verdict.RATE_LIMITED:
         raise RateLimitedError(conversation.explain())
-    if conversation.verdict.outcome == "error":
+    if conversation.verdict.outcome is Outcome.ERROR:
         raise InfraError(conversation.explain())
     return conversation
 
