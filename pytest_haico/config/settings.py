@@ -63,7 +63,11 @@ class Option:
 
 
 OPTIONS = (
-    Option("profile", "which stack to start: local (default) or cluster", "local|cluster"),
+    Option(
+        "profile",
+        "which stack to start: local (the default; cluster is not available in this version)",
+        "local|cluster",
+    ),
     Option(
         "results", "results root (default: $CLUSTER_WORK/results, else <rootdir>/results)", "DIR"
     ),
@@ -81,10 +85,10 @@ OPTIONS = (
     Option("dump_interval", "not available in this version", "S"),
     Option("exit", "exit-code semantics: strict (default) or campaign", "strict|campaign"),
     Option("gates_only", "not available in this version", flag=True),
-    Option("backend_image", "backend OCI image or SIF for this run", "REF"),
-    Option("backend_cmd", "run the backend from this command instead", "CMD"),
-    Option("model_endpoint", "use an already running model server at URL", "URL"),
-    Option("attach", "use a stack kept up by `haico stack up` (its state file)", "FILE"),
+    Option("backend_image", "not available in this version", "REF"),
+    Option("backend_cmd", "not available in this version", "CMD"),
+    Option("model_endpoint", "not available in this version", "URL"),
+    Option("attach", "not available in this version", "FILE"),
     Option(
         "results_mode",
         "mode of the files written under the results root, directories get x where r is set "

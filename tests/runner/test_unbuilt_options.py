@@ -77,3 +77,7 @@ def test_the_help_promises_no_unbuilt_machinery(campaign: pytest.Pytester) -> No
             "*not available in this version",
         ]
     )
+    unbuilt = {"gates_only", "backend_image", "backend_cmd", "model_endpoint", "attach"}
+    for option in OPTIONS:
+        if option.noun in unbuilt:
+            assert option.help == "not available in this version", option
