@@ -27,7 +27,7 @@ ITEM_MODULE = (
 _K_WORD = re.compile(r"[\w.-]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ItemSpec:
     """One scripted conversation to run: what a haico item is parametrised with."""
 
@@ -75,7 +75,15 @@ def build_item_specs(
         for source in experiments.scripts:
             for repeat in range(source.script.repeats):
                 identity = item_id(arm, source.script, repeat, model=model, backend=backend)
-                spec = ItemSpec(len(specs), arm, source, repeat, identity, model, backend)
+                spec = ItemSpec(
+                    ordinal=len(specs),
+                    arm=arm,
+                    source=source,
+                    repeat=repeat,
+                    item_id=identity,
+                    model_identity=model,
+                    backend_identity=backend,
+                )
                 twin = by_id.get(identity)
                 if twin is not None:
                     raise ConfigError(
