@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.ledger.records import LedgerRecord
-from pytest_haico.ledger.verdicts import Verdict
 from tests.campaign.conftest import _outside_slurm, campaign  # noqa: F401 - fixtures
 
 Mount = Callable[..., Path]
@@ -56,26 +54,3 @@ def fill(directory: Path) -> Path:
                 assert exc.errno == errno.ENOSPC
                 return filler
     raise AssertionError(f"{directory} did not fill up")
-
-
-def make_record(item_id: str = "a" * 64, *, verdict: Verdict = Verdict.COMPLETED) -> LedgerRecord:
-    return LedgerRecord(
-        run_id="local-1.1",
-        campaign="default",
-        arm="demo",
-        stratum="default",
-        item_id=item_id,
-        nodeid="t::x",
-        script="s",
-        script_sha256="0" * 64,
-        repeat=0,
-        attempt=1,
-        outcome=verdict.outcome,
-        verdict=verdict,
-        started_at="2026-01-01T00:00:00+00:00",
-        finished_at="2026-01-01T00:00:01+00:00",
-        duration_s=1.0,
-        model_identity="m",
-        backend_identity="b",
-        harness_version="0",
-    )

@@ -13,7 +13,8 @@ import pytest
 from pytest_haico.errors import LedgerWriteError
 from pytest_haico.ledger.jsonl import LedgerWriter, iter_ledger
 from tests.campaign.conftest import CampaignDir
-from tests.ledger.conftest import Mount, fill, make_record
+from tests.campaign.test_ledger import make_record
+from tests.ledger.conftest import Mount, fill
 
 ENOSPC = "[[]Errno 28[]] No space left on device"
 FIX = (
