@@ -2,17 +2,20 @@
 
 The package's parts, and which way their imports run (a test enforces it):
 
-    plugin.py, campaign.py, fixtures.py   pytest's hooks and fixtures: may import every part
+    plugin.py, fixtures.py   pytest's entry point and the fixtures: may import every part
+    campaign/    the session's hooks: setup, selection, recording, summary, signals
     runner/      conversations in flight, breaker, one stack + runner per arm
     driver/      one conversation over the backend's wire, and its verdict
     stack/       services, ports, Postgres, janitor, profiles
     ledger/      records, verdicts, durable append, resume, recorder, run directories
     config/      settings, arms and scripts, cluster.env, items and identity
+    provenance/  what a run leaves for later: pg_dumps of the backend's database
     standins/    the local profile's model server and backend, reached over HTTP only
 
-runner may import driver, stack, ledger and config; driver imports config and the ledger's
-record types; stack and ledger import config; config imports nothing of the others. The
-shared helpers `errors` and `redact` may be imported by every part, the stand-ins included;
+campaign may import every part but the stand-ins; runner may import driver, stack, ledger,
+provenance and config; provenance imports stack and config; driver imports config and the
+ledger's record types; stack and ledger import config; config imports nothing of the
+others. The shared helpers `errors` and `redact` may be imported by every part, the stand-ins included;
 no other core module imports a stand-in, and the stand-ins import nothing else of the core.
 
 The public names below load on first use, so that `import pytest_haico` (which every

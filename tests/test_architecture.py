@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "runner": {"config", "ledger", "driver", "stack", "provenance"},
     "provenance": {"config", "stack"},
     "standins": set(),
+    "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance"},
 }
 
 
@@ -59,7 +60,7 @@ def _is_allowed(importer: str, imported: str) -> bool:
         return True
     part = _part(importer)
     if part is None:
-        return True  # plugin.py, campaign.py, fixtures.py: the switchboard sees everything
+        return True  # plugin.py and fixtures.py: pytest's entry points see everything
     target = imported.removeprefix("pytest_haico.")
     if target.split(".")[0] == part:
         return True

@@ -11,6 +11,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
+from pytest_haico.errors import ConfigError
+
 _T = TypeVar("_T")
 
 
@@ -108,6 +111,7 @@ class Settings:
     experiments: Path
     experiments_given: bool
     cluster_env: Path | None
+    site: ClusterEnv | None  # the parsed cluster.env, when there is one
     arms: tuple[str, ...]
     strata: tuple[str, ...]
     limit_per_stratum: int | None
@@ -212,7 +216,9 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     cluster_env = r.get(
         "cluster_env", path_from, default_cluster_env if default_cluster_env.is_file() else None
     )
-    cluster_work = env.get("CLUSTER_WORK")
+    site = _load_site(cluster_env)
+    # $CLUSTER_WORK of the environment wins over the site file's: it is what a shell sees.
+    cluster_work = env.get("CLUSTER_WORK") or (site.get("CLUSTER_WORK") if site else None)
     default_results = Path(cluster_work) / "results" if cluster_work else rootdir / "results"
     shard = r.get("shard", parse_shard, Shard(0, 1))
     settings = Settings(
@@ -222,6 +228,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         experiments=experiments,
         experiments_given=experiments_given,
         cluster_env=cluster_env,
+        site=site,
         arms=tuple(r.get("arm", _parse_names, [])),
         strata=tuple(r.get("stratum", _parse_names, [])),
         limit_per_stratum=r.get("limit_per_stratum", _int_parser(minimum=1), None),
@@ -246,6 +253,15 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
             "haico: --haico-backend-image and --haico-backend-cmd exclude each other; give one"
         )
     return settings
+
+
+def _load_site(path: Path | None) -> ClusterEnv | None:
+    if path is None:
+        return None
+    try:
+        return load_cluster_env(path)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"haico: {exc}") from None
 
 
 def parse_shard(value: Any, source: str) -> Shard:

@@ -1,0 +1,108 @@
+"""Refusals at configure time: a run that cannot mean what the user asked stops here,
+before any stack starts and before an allocation's hour is spent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.config.settings import Profile, Settings
+from pytest_haico.errors import ConfigError
+
+XDIST_MESSAGE = (
+    "haico: haico items cannot run under pytest-xdist (-n): every worker would start its own "
+    "stack and claim its own run. Run conversations concurrently with --haico-concurrency N "
+    "(one event loop, one stack), and scale out with Slurm job arrays and --haico-shard I/N."
+)
+
+
+def check_supported(settings: Settings) -> None:
+    """Options of the public interface whose machinery has not landed yet are refused now,
+    not after an hour in the queue."""
+    local = "use the local profile (the default)"
+    unsupported = [
+        ("--haico-profile cluster", settings.profile is Profile.CLUSTER, local),
+        ("--haico-backend-image", settings.backend_image is not None, local),
+        ("--haico-backend-cmd", settings.backend_cmd is not None, local),
+        ("--haico-model-endpoint", settings.model_endpoint is not None, local),
+        ("--haico-attach", settings.attach is not None, local),
+        ("--haico-gates-only", settings.gates_only, local),
+        (
+            "--haico-drain-timeout",
+            settings.sources.get("drain_timeout", "default") != "default",
+            "leave it out: Ctrl-C stops at once and records the items in flight interrupted",
+        ),
+        (
+            "--haico-dump-interval",
+            settings.sources.get("dump_interval", "default") != "default",
+            "leave it out: this version writes no database dumps",
+        ),
+    ]
+    for option, given, advice in unsupported:
+        if given:
+            raise pytest.UsageError(
+                f"haico: {option} is not available in this version of pytest-haico; {advice}"
+            )
+
+
+def check_selection(settings: Settings, arms: Iterable[str], strata: frozenset[str]) -> None:
+    """--haico-arm and --haico-stratum name things that exist."""
+    known_arms = sorted(arms)
+    for arm in settings.arms:
+        if arm not in known_arms:
+            raise ConfigError(
+                f"--haico-arm {arm}", "", f"no such arm; known arms: {', '.join(known_arms)}"
+            )
+    for stratum in settings.strata:
+        if stratum not in strata:
+            raise ConfigError(
+                f"--haico-stratum {stratum}",
+                "",
+                f"no script has this stratum; known strata: {', '.join(sorted(strata))}",
+            )
+
+
+def check_shard_given(settings: Settings, in_array: bool) -> None:
+    """A job-array task runs its own share, never every item."""
+    if in_array and not settings.shard_given:
+        raise ConfigError(
+            "--haico-shard",
+            "",
+            "this run is a Slurm array task (SLURM_ARRAY_TASK_ID is set) but no shard was given: "
+            "pass --haico-shard $SLURM_ARRAY_TASK_ID/<array size>, or every task runs every item",
+        )
+
+
+def check_not_empty(
+    config: pytest.Config, experiments: Path, has_arms: bool, has_scripts: bool
+) -> None:
+    """A campaign run with no arm or no script would "pass" having run nothing."""
+    if (has_arms and has_scripts) or not collects(config, experiments):
+        return
+    missing = "arms/<arm>.toml" if not has_arms else "scripts/<name>.yaml or .jsonl"
+    raise ConfigError(str(experiments), "", f"no campaign items: add {missing}")
+
+
+def check_xdist(config: pytest.Config, experiments: Path) -> None:
+    """`-n` with haico items: refused on the controller, before workers start stacks."""
+    if getattr(config.option, "dist", "no") == "no" or hasattr(config, "workerinput"):
+        return
+    if collects(config, experiments):
+        raise ConfigError("-n / --numprocesses", "", XDIST_MESSAGE.removeprefix("haico: "))
+
+
+def collects(config: pytest.Config, experiments: Path) -> bool:
+    """Whether this run collects from the experiments directory (or a directory above it)."""
+    return any(
+        path.is_relative_to(experiments) or experiments.is_relative_to(path)
+        for path in _collection_paths(config)
+    )
+
+
+def _collection_paths(config: pytest.Config) -> list[Path]:
+    """The paths pytest will collect from (arguments, else testpaths, else the cwd)."""
+    from_testpaths = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    base = Path(config.rootpath if from_testpaths else config.invocation_params.dir)
+    return [(base / arg.split("::")[0]).resolve() for arg in config.args]

@@ -1,0 +1,248 @@
+"""The campaign's pytest hooks: items parametrised, selected and grouped by arm, each run's
+verdict recorded, the summary written and the exit code set."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+
+import pytest
+
+from pytest_haico.campaign.checks import XDIST_MESSAGE
+from pytest_haico.campaign.selection import Selection, Selector
+from pytest_haico.campaign.summary import exit_status, write_summary
+from pytest_haico.config.items import (
+    ItemSpec,
+    describe_k_beyond_arms,
+    describe_missing_item_module,
+    group_by_arm,
+    has_item_module,
+)
+from pytest_haico.config.settings import Settings
+from pytest_haico.errors import (
+    InfraError,
+    LedgerWriteError,
+    RateLimitedError,
+    ResultsError,
+    StackError,
+)
+from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder, utc_now
+from pytest_haico.ledger.records import ErrorInfo
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.runner.arm_runs import ArmRuns
+
+ITEM_PARAM = "haico_item"
+
+
+class CampaignPlugin:
+    """Parametrises haico items and carries them through selection, resume and recording."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        specs: list[ItemSpec],
+        recorder: Recorder,
+        sessions: ArmRuns,
+        *,
+        collects_experiments: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.collects_experiments = collects_experiments
+        self.parametrized = False  # whether any collected test asked for haico_item
+        self.specs = specs
+        self.recorder = recorder
+        self.sessions = sessions
+        self.selection = Selection()
+        self.selector = Selector(settings, recorder, self.selection)
+        self.interrupted = False
+        self._items: list[pytest.Item] = []
+        self._reported: set[str] = set()  # nodeids in pytest's own counts
+
+    # -- collection ---------------------------------------------------------------------
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if ITEM_PARAM not in metafunc.fixturenames:
+            return
+        self.parametrized = True
+        if hasattr(metafunc.config, "workerinput"):
+            raise pytest.UsageError(XDIST_MESSAGE)
+
+        params = [
+            pytest.param(
+                spec,
+                id=spec.test_id,
+                marks=[
+                    pytest.mark.haico_item(spec),
+                    *(getattr(pytest.mark, t) for t in spec.script.tags),
+                ],
+            )
+            for spec in self.specs
+        ]
+        metafunc.parametrize(ITEM_PARAM, params)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, None, None]:
+        # Outermost wrapper: after -k/-m and any reordering plugin (--ff, random order)
+        # have run, select and group what is left.
+        yield
+        if not self.parametrized:
+            self._without_item_module(items)
+            return
+        specs: dict[str, ItemSpec] = {}
+        for item in items:
+            spec = _spec_of(item)
+            if spec is not None:
+                specs[item.nodeid] = spec
+        if not specs:
+            return
+        keyword = config.option.keyword
+        note = describe_k_beyond_arms(keyword, self.specs, specs.values()) if keyword else None
+        if note is not None and not self.settings.arms:
+            self.selection.notes.append(f"haico: {note}")
+        try:
+            keep, deselected = self.selector.select(
+                items, specs, claim=not config.option.collectonly
+            )
+        except ResultsError as exc:  # before anything starts
+            raise pytest.UsageError(f"haico: {exc}") from None
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = group_by_arm(keep, lambda item: _arm_of(specs, item))
+
+    def _without_item_module(self, items: list[pytest.Item]) -> None:
+        """No test asked for haico_item: say what to write, unless one exists uncollected."""
+        root = self.settings.experiments
+        if has_item_module(root):
+            return
+        error = not items and self.collects_experiments
+        message = "haico: " + describe_missing_item_module(root, nothing_collected=error)
+        if error:
+            raise pytest.UsageError(message)
+        self.selection.notes.extend(message.split("\n"))
+
+    def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
+        return self.selection.status_lines(self.settings)
+
+    # -- running and recording ----------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        if session.config.option.collectonly:
+            return
+        # Claim each arm's run directory before its first item: a collision shows now,
+        # not after the first conversation.
+        for arm in sorted({s.spec.arm.name for s in _attempts(session.items)}):
+            try:
+                self.recorder.claim(arm)
+            except ResultsError as exc:
+                raise pytest.UsageError(f"haico: {exc}") from None
+        self._items = list(session.items)
+        self.sessions.plan(session, session.items)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        self.sessions.after(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        state = item.stash.get(ATTEMPT_KEY, None)
+        if state is not None:
+            state.started_at = utc_now()
+        try:
+            return (yield)
+        except (KeyboardInterrupt, pytest.exit.Exception):
+            if state is not None:
+                # A failed write must not hide the interrupt; the recorder keeps the failure.
+                with contextlib.suppress(LedgerWriteError):
+                    self.recorder.record(
+                        state,
+                        Verdict.INTERRUPTED,
+                        error=ErrorInfo(kind="interrupted", message="the session was interrupted"),
+                    )
+            self.interrupted = True
+            raise
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if report.when == "call" or not report.passed:
+            self._reported.add(item.nodeid)
+        state = item.stash.get(ATTEMPT_KEY, None)
+        if state is None or state.recorded is not None:
+            return report
+        if call.excinfo is not None and isinstance(call.excinfo.value, StackError):
+            return report  # the arm's stack is not up: no conversation ran, none is recorded
+        if call.excinfo is not None and isinstance(call.excinfo.value, LedgerWriteError):
+            return report  # the runner could not record it: the run is stopping
+        verdict = _verdict_of(report, call)
+        if verdict is not None:
+            error = None
+            if call.excinfo is not None and verdict is not Verdict.COMPLETED:
+                # The recorder redacts, then caps the message.
+                error = ErrorInfo(kind=call.excinfo.typename, message=str(call.excinfo.value))
+            try:
+                self.recorder.record(state, verdict, error=error)
+            except LedgerWriteError as exc:
+                # Not on disk, so not passed: the item runs again on the next run.
+                report.outcome = "failed"
+                report.longrepr = f"haico: {exc}"
+                item.session.shouldstop = "haico: a ledger record could not be written"
+        return report
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        write_summary(
+            terminalreporter,
+            self.recorder,
+            self.sessions,
+            _attempts(self._items),
+            self._reported,
+        )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # Conversations still in flight (Ctrl-C, a tripped breaker, -x) are cancelled and
+        # recorded interrupted here, at once: whatever stopped the session early wants it now.
+        self.sessions.stop_all()
+        self.recorder.close()
+        session.exitstatus = exit_status(
+            int(exitstatus),
+            mode=self.settings.exit_mode,
+            recorder=self.recorder,
+            sessions=self.sessions,
+            interrupted=self.interrupted,
+        )
+
+
+def _spec_of(item: pytest.Item) -> ItemSpec | None:
+    marker = item.get_closest_marker("haico_item")
+    if marker is None or not marker.args or not isinstance(marker.args[0], ItemSpec):
+        return None
+    return marker.args[0]
+
+
+def _arm_of(specs: dict[str, ItemSpec], item: pytest.Item) -> str | None:
+    spec = specs.get(item.nodeid)
+    return spec.arm.name if spec is not None else None
+
+
+def _attempts(items: list[pytest.Item]) -> list[ItemAttempt]:
+    return [state for item in items if (state := item.stash.get(ATTEMPT_KEY, None)) is not None]
+
+
+def _verdict_of(report: pytest.TestReport, call: pytest.CallInfo[None]) -> Verdict | None:
+    raised = call.excinfo.value if call.excinfo is not None else None
+    if report.when == "setup" and report.failed:
+        return Verdict.RATE_LIMITED if isinstance(raised, RateLimitedError) else Verdict.INFRA_ERROR
+    if report.when != "call" or report.skipped:
+        return None
+    if report.passed:
+        return Verdict.COMPLETED
+    if isinstance(raised, RateLimitedError):
+        return Verdict.RATE_LIMITED
+    if isinstance(raised, InfraError):
+        return Verdict.INFRA_ERROR
+    return Verdict.EXPECTATION_FAILED

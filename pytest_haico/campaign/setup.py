@@ -1,0 +1,52 @@
+"""From resolved settings to the session's campaign: experiments loaded, refusals checked,
+item specs built, the recorder and the per-arm runs made. Nothing starts here."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pytest_haico.campaign import checks
+from pytest_haico.campaign.hooks import CampaignPlugin
+from pytest_haico.config.experiment import load_experiments
+from pytest_haico.config.items import build_item_specs
+from pytest_haico.config.settings import Settings
+from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.errors import ConfigError
+from pytest_haico.ledger.recorder import Recorder
+from pytest_haico.runner.arm_runs import ArmRuns
+
+
+def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
+    """The campaign of `settings.experiments`; every refusal is a `pytest.UsageError`."""
+    try:
+        job = SlurmJob.from_environ(os.environ)
+        experiments = load_experiments(settings.experiments)
+        checks.check_selection(settings, experiments.arms.keys(), experiments.strata)
+        checks.check_shard_given(settings, job.in_array)
+        checks.check_xdist(config, settings.experiments)
+        checks.check_not_empty(
+            config, settings.experiments, bool(experiments.arms), bool(experiments.scripts)
+        )
+        site_image = settings.site.get("BACKEND_IMAGE") if settings.site else None
+        specs = build_item_specs(experiments, settings, site_image=site_image)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"haico: {exc}") from None
+    for tag in sorted(experiments.tags):
+        config.addinivalue_line("markers", f"{tag}: script tag (pytest-haico)")
+    recorder = Recorder(
+        campaign_dir=settings.results / settings.campaign,
+        campaign=settings.campaign,
+        job=job,
+        max_attempts=settings.max_attempts,
+        shard=settings.shard,
+        file_mode=settings.results_mode,
+    )
+    return CampaignPlugin(
+        settings,
+        specs,
+        recorder,
+        ArmRuns(settings, experiments.arms, recorder),
+        collects_experiments=checks.collects(config, settings.experiments),
+    )

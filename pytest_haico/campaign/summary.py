@@ -1,0 +1,104 @@
+"""The end of a campaign session: the haico section of the terminal summary, and the exit
+code (pytest's own in strict mode; 0 finished, 75 resubmit, 78 no stack in campaign mode)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import pytest
+
+from pytest_haico.config.settings import ExitMode
+from pytest_haico.ledger.recorder import ItemAttempt, Recorder
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.runner.arm_runs import ArmRuns
+
+EXIT_RESUBMIT = 75
+EXIT_STACK_FAILED = 78
+
+
+def write_summary(
+    terminal: pytest.TerminalReporter,
+    recorder: Recorder,
+    sessions: ArmRuns,
+    attempts: Iterable[ItemAttempt],
+    reported: set[str],
+) -> None:
+    """Why the run stopped, if it stopped short; per arm: this run's verdicts and paths."""
+    verdicts = recorder.verdicts
+    ledger_failure = _ledger_failure(recorder, sessions)
+    stopped = sessions.stack_failure or sessions.stop_reason or ledger_failure
+    if not verdicts and not stopped:
+        return
+    terminal.section("haico")
+    if sessions.stack_failure:
+        terminal.write_line(
+            f"stack failed (exit {EXIT_STACK_FAILED}): {sessions.stack_failure}", red=True
+        )
+    for reason in (sessions.stop_reason, ledger_failure):
+        if reason:
+            terminal.write_line(f"stopped (exit {EXIT_RESUBMIT}): {reason}", red=True)
+    ledgers = recorder.ledger_paths()
+    unreported = Counter(
+        state.spec.arm.name
+        for state in attempts
+        if state.recorded is not None and state.nodeid not in reported
+    )
+    for arm in sorted(verdicts):
+        # The counts are this run's records in the ledger, one per item attempt.
+        items = sum(verdicts[arm].values())
+        counts = ", ".join(f"{n} {v.value}" for v, n in _by_precedence(verdicts[arm]))
+        elapsed = sessions.elapsed_s(arm)
+        took = f" in {elapsed:.1f} s (stack included)" if elapsed is not None else ""
+        terminal.write_line(f"{arm}: {items} item(s){took}: {counts}")
+        if unreported[arm]:
+            terminal.write_line(
+                f"  {unreported[arm]} of them are not in pytest's counts: the session "
+                "stopped before they were reported"
+            )
+        terminal.write_line(f"  ledger:      {ledgers[arm]}")
+        transcripts = recorder.paths(arm).transcripts_dir
+        if transcripts.is_dir():
+            terminal.write_line(f"  transcripts: {transcripts}")
+    if recorder.owed_retry:
+        terminal.write_line(f"{recorder.owed_retry} item(s) must run again: rerun the same command")
+
+
+def exit_status(
+    status: int,
+    *,
+    mode: ExitMode,
+    recorder: Recorder,
+    sessions: ArmRuns,
+    interrupted: bool,
+) -> int:
+    """The session's exit code, given pytest's `status` and what the campaign saw."""
+    # In both exit modes: the stack is bad (78), or the run stopped short (75).
+    if sessions.stack_failure is not None:
+        return EXIT_STACK_FAILED
+    if sessions.stop_reason is not None or recorder.write_failure is not None:
+        return EXIT_RESUBMIT
+    if mode is ExitMode.STRICT or status == pytest.ExitCode.USAGE_ERROR:
+        return status
+    if interrupted or status == pytest.ExitCode.INTERRUPTED or recorder.owed_retry:
+        return EXIT_RESUBMIT
+    if status in (
+        pytest.ExitCode.OK,
+        pytest.ExitCode.TESTS_FAILED,
+        pytest.ExitCode.NO_TESTS_COLLECTED,
+    ):
+        return pytest.ExitCode.OK
+    return status
+
+
+def _ledger_failure(recorder: Recorder, sessions: ArmRuns) -> str | None:
+    """Why a record could not be written, unless the runner stopped the run on it."""
+    failure = recorder.write_failure
+    if failure is None or str(failure) == sessions.stop_reason:
+        return None
+    return str(failure)
+
+
+def _by_precedence(counter: Counter[Verdict]) -> list[tuple[Verdict, int]]:
+    order = list(Verdict)
+    return sorted(counter.items(), key=lambda pair: order.index(pair[0]))
