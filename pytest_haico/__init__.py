@@ -15,8 +15,9 @@ The package's parts, and which way their imports run (a test enforces it):
 campaign may import every part but the stand-ins; runner may import driver, stack, ledger,
 provenance and config; provenance imports stack and config; driver imports config and the
 ledger's record types; stack and ledger import config; config imports nothing of the
-others. The shared helpers `errors` and `redact` may be imported by every part, the stand-ins included;
-no other core module imports a stand-in, and the stand-ins import nothing else of the core.
+others. The shared helpers `errors` and `redact` may be imported by every part, the
+stand-ins included; no other core module imports a stand-in, and the stand-ins import
+nothing else of the core.
 
 The public names below load on first use, so that `import pytest_haico` (which every
 pytest start does, through the plugin's entry point) stays cheap.

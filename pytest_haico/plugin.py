@@ -44,10 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # The campaign's modules load only when there is a campaign to run.
     from pytest_haico.campaign.setup import build_campaign
-    from pytest_haico.campaign.signals import SignalsPlugin
     from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
 
     campaign = build_campaign(config, settings)
     config.stash[ARM_RUNS_KEY] = campaign.sessions
     config.pluginmanager.register(campaign, CAMPAIGN_PLUGIN)
-    config.pluginmanager.register(SignalsPlugin(), SIGNALS_PLUGIN)
+    config.pluginmanager.register(campaign.signals, SIGNALS_PLUGIN)
+    campaign.signals.install()

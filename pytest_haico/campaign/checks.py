@@ -29,16 +29,6 @@ def check_supported(settings: Settings) -> None:
         ("--haico-model-endpoint", settings.model_endpoint is not None, local),
         ("--haico-attach", settings.attach is not None, local),
         ("--haico-gates-only", settings.gates_only, local),
-        (
-            "--haico-drain-timeout",
-            settings.sources.get("drain_timeout", "default") != "default",
-            "leave it out: Ctrl-C stops at once and records the items in flight interrupted",
-        ),
-        (
-            "--haico-dump-interval",
-            settings.sources.get("dump_interval", "default") != "default",
-            "leave it out: this version writes no database dumps",
-        ),
     ]
     for option, given, advice in unsupported:
         if given:

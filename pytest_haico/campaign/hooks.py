@@ -10,6 +10,7 @@ import pytest
 
 from pytest_haico.campaign.checks import XDIST_MESSAGE
 from pytest_haico.campaign.selection import Selection, Selector
+from pytest_haico.campaign.signals import SessionSignals
 from pytest_haico.campaign.summary import exit_status, write_summary
 from pytest_haico.config.items import (
     ItemSpec,
@@ -52,6 +53,7 @@ class CampaignPlugin:
         self.specs = specs
         self.recorder = recorder
         self.sessions = sessions
+        self.signals = SessionSignals(sessions, drain_timeout_s=settings.drain_timeout)
         self.selection = Selection()
         self.selector = Selector(settings, recorder, self.selection)
         self.interrupted = False
@@ -141,6 +143,15 @@ class CampaignPlugin:
         self._items = list(session.items)
         self.sessions.plan(session, session.items)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        state = item.stash.get(ATTEMPT_KEY, None)
+        if state is None or state.recorded is not None:
+            return
+        reason = self.sessions.not_starting(state)
+        if reason is not None:
+            pytest.skip(f"haico: not started: {reason}")
+
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         self.sessions.after(item)
@@ -152,14 +163,15 @@ class CampaignPlugin:
             state.started_at = utc_now()
         try:
             return (yield)
-        except (KeyboardInterrupt, pytest.exit.Exception):
-            if state is not None:
+        except (KeyboardInterrupt, pytest.exit.Exception) as exc:
+            if state is not None and not self.sessions.never_started(state):
+                message = str(exc) or "the session was interrupted"
                 # A failed write must not hide the interrupt; the recorder keeps the failure.
-                with contextlib.suppress(LedgerWriteError):
+                with contextlib.suppress(LedgerWriteError), self.signals.deferred():
                     self.recorder.record(
                         state,
                         Verdict.INTERRUPTED,
-                        error=ErrorInfo(kind="interrupted", message="the session was interrupted"),
+                        error=ErrorInfo(kind="interrupted", message=message),
                     )
             self.interrupted = True
             raise
@@ -185,7 +197,8 @@ class CampaignPlugin:
                 # The recorder redacts, then caps the message.
                 error = ErrorInfo(kind=call.excinfo.typename, message=str(call.excinfo.value))
             try:
-                self.recorder.record(state, verdict, error=error)
+                with self.signals.deferred():
+                    self.recorder.record(state, verdict, error=error)
             except LedgerWriteError as exc:
                 # Not on disk, so not passed: the item runs again on the next run.
                 report.outcome = "failed"

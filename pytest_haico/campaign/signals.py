@@ -1,21 +1,33 @@
-"""The campaign's signal handlers: INT (stop now) and TERM (Slurm's emergency path).
+"""The campaign's signal handlers: INT (stop now), USR1 (drain) and TERM (Slurm's emergency).
 
 A batch wrapper starts pytest in the background of a non-interactive shell, which hands it
-SIGINT ignored, and Python keeps an inherited SIG_IGN; Python's default for SIGTERM is to
-die without finalizers. So both handlers are installed whatever the process inherited, for
-the session only, and the previous ones are restored at unconfigure (an in-process pytester
-run leaves none behind). Both end the session the way Ctrl-C does: every in-flight item is
-recorded `interrupted` at once and campaign mode exits 75.
+SIGINT ignored, and Python keeps an inherited SIG_IGN; Python's default for SIGTERM and
+SIGUSR1 is to die without finalizers. So all three handlers are installed whatever the
+process inherited, from configure on, and the previous ones are restored at unconfigure (an
+in-process pytester run leaves none behind).
+
+* INT: every in-flight item is recorded `interrupted` at once; campaign mode exits 75.
+* USR1: nothing new starts; in-flight conversations get --haico-drain-timeout, then are
+  cancelled and recorded `interrupted`; the final dump runs; exit 75 in both modes. A
+  second USR1 ends the drain at once; a USR1 while a stack starts stops it at once.
+* TERM: every in-flight item is recorded `interrupted` at once, a running dump is killed,
+  no final dump; exit 75 in both modes.
+
+A signal during teardown never interrupts it (the stack must still stop and the records
+be written): INT and TERM then only cancel what is still in flight. A handler that would
+raise while the main thread writes a record raises right after the write instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
-import pytest
+from pytest_haico.runner.arm_runs import ArmRuns
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
@@ -24,19 +36,33 @@ class TerminatedError(KeyboardInterrupt):
     """SIGTERM: the walltime, `scancel` or a preemption; SIGKILL follows after KillWait."""
 
 
-class SignalsPlugin:
-    """Installs the session's INT and TERM handlers and restores what they replaced."""
+class DrainedAtStartError(KeyboardInterrupt):
+    """SIGUSR1 while a stack was starting: the services stop and the run ends at once."""
 
-    def __init__(self) -> None:
+
+class SessionSignals:
+    """Installs the session's INT, USR1 and TERM handlers and restores what they replaced."""
+
+    def __init__(self, sessions: ArmRuns, *, drain_timeout_s: float) -> None:
+        self.sessions = sessions
+        self.drain_timeout_s = drain_timeout_s
         self.terminated = False
+        self.interrupted = False
         self._previous: dict[signal.Signals, _Handler] = {}
+        self._deferring = False
+        self._pending: KeyboardInterrupt | None = None
+        self._stderr: int | None = None  # the process's own stderr, not pytest's capture
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self) -> None:
+    def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        # At configure time fd 2 is still the process's stderr (a terminal, a job's log);
+        # during a test pytest's capture replaces it, so the handlers keep their own copy.
+        with contextlib.suppress(OSError):
+            self._stderr = os.dup(2)
         handlers: dict[signal.Signals, _Handler] = {
-            signal.SIGINT: signal.default_int_handler,
+            signal.SIGINT: self._int,
+            signal.SIGUSR1: self._usr1,
             signal.SIGTERM: self._term,
         }
         for signum, handler in handlers.items():
@@ -46,9 +72,68 @@ class SignalsPlugin:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
+        if self._stderr is not None:
+            os.close(self._stderr)
+            self._stderr = None
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold back an interrupt the handlers would raise until the block has run, so that
+        a record being written is either on disk whole or not written at all."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            raise pending
+
+    def _say(self, line: str) -> None:
+        """One line on the process's stderr, from a signal handler: a plain write(2), so it
+        neither waits for nor disturbs a write to sys.stderr that the handler interrupted."""
+        if self._stderr is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._stderr, f"haico: {line}\n".encode())
+
+    def _interrupt(self, error: KeyboardInterrupt) -> None:
+        if self._deferring:
+            self._pending = self._pending or error
+            return
+        raise error
+
+    def _int(self, signum: int, frame: FrameType | None) -> None:
+        if self.sessions.tearing_down:
+            self.sessions.cancel_in_flight("SIGINT: stopped by the user")
+            return
+        self.interrupted = True
+        self._interrupt(KeyboardInterrupt())
+
+    def _usr1(self, signum: int, frame: FrameType | None) -> None:
+        if self.sessions.tearing_down and self.sessions.drain is None:
+            return  # every item ran: the run is finishing anyway
+        again = self.sessions.drain is not None
+        self.sessions.begin_drain("SIGUSR1: draining", self.drain_timeout_s)
+        drain = self.sessions.drain
+        if again:
+            self._say(
+                "SIGUSR1 again: the drain ends now; what is in flight is recorded interrupted"
+            )
+        elif drain is not None:
+            self._say(
+                f"SIGUSR1: draining: nothing new starts; {drain.in_flight} conversation(s) in "
+                f"flight get --haico-drain-timeout {drain.timeout_s:g} s (a second SIGUSR1 "
+                "ends the drain at once)"
+            )
+        if self.sessions.starting:
+            self._interrupt(DrainedAtStartError("SIGUSR1 while the stack was starting"))
 
     def _term(self, signum: int, frame: FrameType | None) -> None:
-        if self.terminated:
-            return  # Slurm may send TERM again; the emergency path is already running
+        first = not self.terminated
         self.terminated = True
-        raise TerminatedError("SIGTERM: the job is being ended (walltime, scancel, preemption)")
+        reason = "SIGTERM: the job is being ended (walltime, scancel, preemption)"
+        if first:
+            self._say(f"{reason}: what is in flight is recorded interrupted now; no final dump")
+        self.sessions.terminate(reason)
+        if first and not self.sessions.tearing_down:
+            self._interrupt(TerminatedError(reason))

@@ -27,9 +27,10 @@ def write_summary(
     """Why the run stopped, if it stopped short; per arm: this run's verdicts and paths."""
     verdicts = recorder.verdicts
     ledger_failure = _ledger_failure(recorder, sessions)
-    stopped = sessions.stack_failure or sessions.stop_reason or ledger_failure
-    if not verdicts and not stopped:
+    quiet = not (_stopped_short(sessions) or ledger_failure or sessions.stack_failure)
+    if not verdicts and quiet:
         return
+    attempts = list(attempts)
     terminal.section("haico")
     if sessions.stack_failure:
         terminal.write_line(
@@ -38,6 +39,8 @@ def write_summary(
     for reason in (sessions.stop_reason, ledger_failure):
         if reason:
             terminal.write_line(f"stopped (exit {EXIT_RESUBMIT}): {reason}", red=True)
+    for line in _early_end_lines(sessions, attempts):
+        terminal.write_line(line, red=True)
     ledgers = recorder.ledger_paths()
     unreported = Counter(
         state.spec.arm.name
@@ -60,6 +63,11 @@ def write_summary(
         transcripts = recorder.paths(arm).transcripts_dir
         if transcripts.is_dir():
             terminal.write_line(f"  transcripts: {transcripts}")
+        run = sessions.runs.get(arm)
+        if run is not None and run.dumps is not None and run.dumps.written:
+            terminal.write_line(f"  dumps:       {run.dumps.dumps_dir}")
+        if run is not None and run.dump_failure:
+            terminal.write_line(f"  {run.dump_failure}", red=True)
     if recorder.owed_retry:
         terminal.write_line(f"{recorder.owed_retry} item(s) must run again: rerun the same command")
 
@@ -76,7 +84,7 @@ def exit_status(
     # In both exit modes: the stack is bad (78), or the run stopped short (75).
     if sessions.stack_failure is not None:
         return EXIT_STACK_FAILED
-    if sessions.stop_reason is not None or recorder.write_failure is not None:
+    if _stopped_short(sessions) or recorder.write_failure is not None:
         return EXIT_RESUBMIT
     if mode is ExitMode.STRICT or status == pytest.ExitCode.USAGE_ERROR:
         return status
@@ -89,6 +97,44 @@ def exit_status(
     ):
         return pytest.ExitCode.OK
     return status
+
+
+def _early_end_lines(sessions: ArmRuns, attempts: list[ItemAttempt]) -> list[str]:
+    """What a drain, the walltime or SIGTERM did to the items of this run."""
+    interrupted = sum(1 for state in attempts if state.recorded is Verdict.INTERRUPTED)
+    not_started = sum(1 for state in attempts if state.recorded is None)
+    tally = f"{interrupted} recorded interrupted, {not_started} not started"
+    lines = []
+    if sessions.emergency is not None:
+        lines.append(
+            f"terminated (exit {EXIT_RESUBMIT}): {sessions.emergency}; {tally}; no final dump "
+            "(the newest periodic dump is the last)"
+        )
+    drain = sessions.drain
+    if drain is not None:
+        how = "ended early by a second USR1" if drain.ended_early else "then cancelled"
+        lines.append(
+            f"drained (exit {EXIT_RESUBMIT}): {drain.reason}: {drain.in_flight} conversation(s) "
+            f"in flight were given --haico-drain-timeout {drain.timeout_s:g} s, {how}; {tally}"
+        )
+    if sessions.admission_stop is not None:
+        lines.append(
+            f"stopped admitting (exit {EXIT_RESUBMIT}): {sessions.admission_stop}; {tally}"
+        )
+    return lines
+
+
+def _stopped_short(sessions: ArmRuns) -> bool:
+    """A breaker, a dead service, a drain, the walltime or SIGTERM ended the run early."""
+    return any(
+        reason is not None
+        for reason in (
+            sessions.stop_reason,
+            sessions.drain,
+            sessions.admission_stop,
+            sessions.emergency,
+        )
+    )
 
 
 def _ledger_failure(recorder: Recorder, sessions: ArmRuns) -> str | None:

@@ -25,6 +25,7 @@ MAX_RECURSION_LIMIT = 1000
 MAX_CONCURRENCY = 1024
 MAX_TURN_TIMEOUT_S = 86_400  # a day
 MAX_LATENCY_MS = 600_000
+MAX_LOAD_S = 3600  # a large model from a shared file system takes tens of minutes
 MAX_SEED = 2**32 - 1
 MAX_RATE_LIMIT_RPM = 100_000
 MAX_CPUS = 1024

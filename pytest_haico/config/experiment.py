@@ -19,6 +19,7 @@ from pytest_haico.config.bounds import (
     MAX_GPUS,
     MAX_ITEMS,
     MAX_LATENCY_MS,
+    MAX_LOAD_S,
     MAX_MODEL_LEN,
     MAX_RATE_LIMIT_RPM,
     MAX_RECURSION_LIMIT,
@@ -142,6 +143,8 @@ class StandinSection(_Section):
 
     persona: Persona = "helpful"
     latency_ms: Annotated[int, Field(ge=0, le=MAX_LATENCY_MS)] = 0
+    # Seconds the model server takes to load before it listens, as a real vLLM does.
+    load_s: Annotated[float, Field(ge=0, le=MAX_LOAD_S)] = 0
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     substitute_model: str = ""  # "" is documented as "off"
     rate_limit_rpm: Annotated[int, Field(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0

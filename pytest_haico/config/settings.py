@@ -84,8 +84,17 @@ OPTIONS = (
     Option("concurrency", "conversations in flight per arm (default: the arm's)", "N"),
     Option("no_resume", "rerun items that already have a terminal record", flag=True),
     Option("max_attempts", "infra-failed attempts before gave_up (default: 3)", "N"),
-    Option("drain_timeout", "not available in this version", "S"),
-    Option("dump_interval", "not available in this version", "S"),
+    Option(
+        "drain_timeout",
+        "grace in seconds for in-flight conversations after SIGUSR1 (default 120)",
+        "S",
+    ),
+    Option(
+        "dump_interval",
+        "seconds between periodic pg_dumps of the backend database; 0: final dump only "
+        "(default 900)",
+        "S",
+    ),
     Option("exit", "exit-code semantics: strict (default) or campaign", "strict|campaign"),
     Option("gates_only", "not available in this version", flag=True),
     Option("backend_image", "not available in this version", "REF"),

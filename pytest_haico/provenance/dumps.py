@@ -3,6 +3,7 @@ before the stack stops, each written under a temporary name and renamed when com
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -47,6 +48,8 @@ class DatabaseDumps:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_periodic: Path | None = None
+        self._aborted = threading.Event()
+        self._process: subprocess.Popen[str] | None = None  # the pg_dump running now
         self.written: list[Path] = []
 
     def dump(self, kind: DumpKind) -> Path:
@@ -57,22 +60,38 @@ class DatabaseDumps:
             final = self._free_name(f"{kind}-{stamp}")
             partial = final.with_name(f".{final.name}.partial")
             command = self.postgres.dump_command(partial)
+            if self._aborted.is_set():
+                raise DumpError(f"pg_dump ({kind}) not started: the run is ending at once")
             try:
-                result = subprocess.run(
+                process = subprocess.Popen(
                     list(command.argv),
                     env=dict(command.env),
-                    capture_output=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
                     text=True,
-                    timeout=DUMP_TIMEOUT_S,
-                    check=False,
                 )
-            except (OSError, subprocess.TimeoutExpired) as exc:
+            except OSError as exc:
+                raise DumpError(f"pg_dump ({kind}) did not start: {exc}") from None
+            self._process = process
+            try:
+                _, stderr_text = process.communicate(timeout=DUMP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
                 partial.unlink(missing_ok=True)
-                raise DumpError(f"pg_dump ({kind}) did not run to its end: {exc}") from None
-            if result.returncode != 0:
+                raise DumpError(
+                    f"pg_dump ({kind}) did not end within {DUMP_TIMEOUT_S:.0f} s"
+                ) from None
+            finally:
+                self._process = None
+            if self._aborted.is_set():
                 partial.unlink(missing_ok=True)
-                stderr = Redactor(self.postgres.secrets).redact(result.stderr.strip())
-                raise DumpError(f"pg_dump ({kind}) exited {result.returncode}: {stderr}")
+                raise DumpError(f"pg_dump ({kind}) was stopped: the run is ending at once")
+            if process.returncode != 0:
+                partial.unlink(missing_ok=True)
+                stderr = Redactor(self.postgres.secrets).redact(stderr_text.strip())
+                raise DumpError(f"pg_dump ({kind}) exited {process.returncode}: {stderr}")
             os.chmod(partial, self.file_mode)
             with open(partial, "rb") as handle:
                 os.fsync(handle.fileno())
@@ -98,6 +117,19 @@ class DatabaseDumps:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def abort(self) -> None:
+        """The emergency path (SIGTERM): no more dumps, and the one running is killed.
+
+        Safe from a signal handler: it waits for nothing. The newest complete periodic dump
+        is what survives; a killed one leaves only its hidden partial file.
+        """
+        self._aborted.set()
+        self._stop.set()
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -22,14 +22,16 @@ from pytest_haico.driver.conversation import (
     run_conversation,
 )
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
-from pytest_haico.errors import LedgerWriteError, StackError
+from pytest_haico.errors import DumpError, LedgerWriteError, StackError
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
+from pytest_haico.provenance.dumps import DatabaseDumps
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.loop import Runner
+from pytest_haico.runner.walltime import WalltimeAdmission
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
 from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import Stack, build_local_stack
@@ -87,12 +89,21 @@ class ArmRun:
         recorder: Recorder,
         breaker: CircuitBreaker,
         on_stop: Callable[[str], None],
+        on_admission_stop: Callable[[str], None],
+        dump_interval_s: float,
+        drain_margin_s: float,
     ) -> None:
         self.arm = arm
         self.concurrency = concurrency
         self.recorder = recorder
         self.breaker = breaker
         self.on_stop = on_stop
+        self.on_admission_stop = on_admission_stop
+        self.dump_interval_s = dump_interval_s
+        self.drain_margin_s = drain_margin_s
+        self.dumps: DatabaseDumps | None = None
+        self.dump_failure: str | None = None
+        self.admission: WalltimeAdmission | None = None
         self.claim: RunClaim = recorder.claim(arm.name)
         self.paths: ArmPaths = recorder.paths(arm.name)
         self.stack: Stack | None = None
@@ -110,6 +121,10 @@ class ArmRun:
     @property
     def stopped(self) -> bool:
         return self._stopped
+
+    @property
+    def in_flight(self) -> int:
+        return self._runner.in_flight if self._runner is not None else 0
 
     @property
     def elapsed_s(self) -> float | None:
@@ -141,6 +156,7 @@ class ArmRun:
             tool_call_parser=arm.vllm.tool_call_parser,
             persona=arm.standin.persona,
             latency_ms=arm.standin.latency_ms,
+            load_s=arm.standin.load_s,
             seed=arm.standin.seed,
             substitute_model=arm.standin.substitute_model or None,
             rate_limit_rpm=arm.standin.rate_limit_rpm or None,
@@ -151,10 +167,23 @@ class ArmRun:
         self.stack = stack
         self.redactor = Redactor(stack.secrets)
         self.recorder.use_redactor(arm.name, self.redactor)
+        self.admission = WalltimeAdmission(
+            self.recorder.job.job_id, self.paths.ledger_dir, drain_margin_s=self.drain_margin_s
+        )
         stack.start()
         try:
+            self.dumps = DatabaseDumps(
+                stack.postgres,
+                self.claim.path / "dumps",
+                interval_s=self.dump_interval_s,
+                file_mode=self.recorder.file_mode,
+            )
+            self.dumps.start_periodic()
             runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
-                concurrency=self.concurrency, finish=self._finish, name=f"haico-{arm.name}"
+                concurrency=self.concurrency,
+                finish=self._finish,
+                admit=self._admit,
+                name=f"haico-{arm.name}",
             )
             self._runner = runner
             runner.start()
@@ -197,29 +226,76 @@ class ArmRun:
             self.submit(state)
         return self._require_runner().wait(state)
 
-    def stop(self) -> None:
+    def stop(self, *, final_dump: bool = True) -> None:
         """Stop the stack; conversations still in flight are cancelled and recorded
-        interrupted at once (whatever stops a run early wants it stopped now).
+        interrupted at once (whatever stops a run early wants it stopped now). The final
+        pg_dump runs while Postgres is still up, unless `final_dump` is off (SIGTERM: the
+        newest periodic dump is what survives).
 
         Exactly once; cleanup problems are logged, never raised over the original error.
         """
         if self._stopped:
             return
         self._stopped = True
+        try:
+            self._stop_conversations()
+            self._dump_last(final_dump)
+        finally:
+            if self.stack is not None:
+                self.stack.stop()
+            self._stopped_at = time.monotonic()
+
+    def was_admitted(self, state: ItemAttempt) -> bool:
+        """Whether the item's conversation was started (it may have ended since)."""
+        return self._runner is not None and self._runner.was_admitted(state)
+
+    def stop_admitting(self, reason: str) -> None:
+        """Start no more conversations; those in flight go on. Safe from a signal handler."""
+        if self._runner is not None:
+            self._runner.stop_admitting(reason)
+
+    def cancel_in_flight(self, reason: str) -> None:
+        """End the conversations in flight now (recorded interrupted). Safe from a signal
+        handler."""
+        if self._runner is not None:
+            self._runner.cancel_in_flight(reason)
+
+    def abort_dumps(self) -> None:
+        """No more pg_dumps; the one running is killed. Safe from a signal handler."""
+        if self.dumps is not None:
+            self.dumps.abort()
+
+    def _stop_conversations(self) -> None:
         if self._watch is not None:
             self._watch.stop()
         runner = self._runner
-        if runner is not None:
-            try:
-                runner.drain(0, reason="the run is stopping")
-                runner.call(self._close, timeout=10)
-            except Exception:  # the stack must still stop
-                _log.exception("haico: stopping the conversations of arm %s", self.arm.name)
-            finally:
-                runner.close()
-        if self.stack is not None:
-            self.stack.stop()
-        self._stopped_at = time.monotonic()
+        if runner is None:
+            return
+        try:
+            runner.drain(0, reason="the run is stopping")
+            runner.call(self._close, timeout=10)
+        except Exception:  # the stack must still stop
+            _log.exception("haico: stopping the conversations of arm %s", self.arm.name)
+        finally:
+            runner.close()
+
+    def _dump_last(self, final_dump: bool) -> None:
+        dumps = self.dumps
+        if dumps is None:
+            return
+        if not final_dump:
+            dumps.abort()
+            return
+        dumps.stop_periodic()
+        death = self._watch.death if self._watch is not None else None
+        if death is not None and death.service == "postgres":
+            self.dump_failure = "no final dump: postgres had died"
+            return
+        try:
+            dumps.dump("final")
+        except DumpError as exc:
+            self.dump_failure = f"the final dump failed: {exc}"
+            _log.warning("haico: arm %s: %s", self.arm.name, self.dump_failure)
 
     def log_tail(self, service: str) -> str:
         """The last lines of a service's log, redacted."""
@@ -229,6 +305,16 @@ class ArmRun:
         return read_log_tail(stack.log_paths[service], secrets=stack.secrets)
 
     # -- on the runner's loop -----------------------------------------------------------
+
+    def _admit(self, state: ItemAttempt) -> str | None:
+        """Walltime admission: no new conversation that the job's remaining time cannot
+        cover; the run then lets the in-flight ones finish and stops (exit 75)."""
+        if self.admission is None:
+            return None
+        reason = self.admission.refusal(state.spec.stratum)
+        if reason is not None:
+            self.on_admission_stop(reason)
+        return reason
 
     async def _open(self) -> None:
         stack = self._require_stack()
@@ -335,6 +421,8 @@ class ArmRun:
             self._require_runner().stop_admitting(str(exc))
             self.on_stop(str(exc))
             raise
+        if self.admission is not None:
+            self.admission.observe(state.spec.stratum, result.verdict, result.duration_s)
         return Conversation(spec=state.spec, result=result, record=record)
 
     def _failed(self, exc: BaseException) -> ConversationResult:

@@ -1,15 +1,18 @@
 """The arm sessions of one pytest session: each started at its arm's first use, stopped after
-its arm's last item, and all stopped at the end whatever happened."""
+its arm's last item, and all stopped at the end whatever happened; and the session-wide
+ways to end them early: a drain (USR1, the walltime), an emergency stop (SIGTERM)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_haico.errors import StackError
+from pytest_haico.errors import NotAdmittedError, StackError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.skips import is_skipped_by_marks
@@ -20,6 +23,19 @@ if TYPE_CHECKING:
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
 
 _log = logging.getLogger(__name__)
+# What the final pg_dump may take on top of --haico-drain-timeout, for walltime admission.
+DUMP_MARGIN_S = 30.0
+
+
+@dataclass
+class Drain:
+    """A graceful stop: nothing new starts; what is in flight gets `timeout_s`, then is
+    cancelled and recorded interrupted."""
+
+    reason: str
+    timeout_s: float
+    in_flight: int  # conversations in flight when it began
+    ended_early: bool = False  # a second USR1 cancelled what was still in flight
 
 
 class ArmRuns:
@@ -33,6 +49,13 @@ class ArmRuns:
         # otherwise: a tripped breaker, a service that died (exit 75).
         self.stack_failure: str | None = None
         self.stop_reason: str | None = None
+        # Why no new conversation starts any more while those in flight finish (exit 75).
+        self.drain: Drain | None = None
+        self.admission_stop: str | None = None
+        self.emergency: str | None = None  # SIGTERM: stop now, no final dump
+        self.starting = False  # a stack is starting on the main thread
+        self.tearing_down = False
+        self._drain_timer: threading.Timer | None = None
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
         self._failures: dict[str, str] = {}
@@ -65,11 +88,19 @@ class ArmRuns:
         if failure is not None:
             raise StackError(failure)
         session = self._sessions.get(arm)
+        stopping = self._no_new_stack()
+        if stopping is not None and (session is None or session.stopped):
+            raise NotAdmittedError(stopping)
         # Stopped after the arm's last item, a later hand-written test starts it anew.
         if session is None or session.stopped:
             session = self._start(arm)
         assert session.view is not None
         return session.view
+
+    @property
+    def runs(self) -> Mapping[str, ArmRun]:
+        """The arms started in this session, by name."""
+        return self._sessions
 
     def conversation(self, state: ItemAttempt) -> Conversation:
         self.stack(state.spec.arm.name)
@@ -87,11 +118,85 @@ class ArmRuns:
         return session.elapsed_s if session is not None else None
 
     def stop_all(self) -> None:
-        for arm, session in self._sessions.items():
-            try:
-                session.stop()
-            except Exception:  # one arm's cleanup must not keep the others running
-                _log.exception("haico: stopping the stack of arm %s", arm)
+        """Stop every arm: at the session's end, or at once on an interrupt."""
+        self.tearing_down = True
+        try:
+            for arm, session in self._sessions.items():
+                try:
+                    session.stop(final_dump=self.emergency is None)
+                except Exception:  # one arm's cleanup must not keep the others running
+                    _log.exception("haico: stopping the stack of arm %s", arm)
+        finally:
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+
+    # -- ending early: called from signal handlers, so nothing here waits ---------------
+
+    def begin_drain(self, reason: str, timeout_s: float) -> None:
+        """Stop admitting everywhere; what is in flight gets `timeout_s`, then is cancelled.
+        A second call ends the drain at once."""
+        if self.drain is not None:
+            self.drain.ended_early = True
+            self.cancel_in_flight(f"{reason}: the drain was ended early")
+            return
+        in_flight = sum(s.in_flight for s in self._sessions.values() if not s.stopped)
+        self.drain = Drain(reason=reason, timeout_s=timeout_s, in_flight=in_flight)
+        for session in self._sessions.values():
+            session.stop_admitting(reason)
+        message = f"{reason}: cancelled after --haico-drain-timeout {timeout_s:g} s"
+        timer = threading.Timer(timeout_s, self.cancel_in_flight, args=(message,))
+        timer.daemon = True
+        timer.name = "haico-drain"
+        timer.start()
+        self._drain_timer = timer
+
+    def terminate(self, reason: str) -> None:
+        """The emergency path: cancel what is in flight, kill a running dump, no final dump."""
+        if self.emergency is None:
+            self.emergency = reason
+        self.cancel_in_flight(reason)
+        for session in self._sessions.values():
+            session.abort_dumps()
+
+    def cancel_in_flight(self, reason: str) -> None:
+        for session in list(self._sessions.values()):
+            session.cancel_in_flight(reason)
+
+    def _stop_admitting_for_walltime(self, reason: str) -> None:
+        """An arm's admission refused the next conversation for the walltime: every arm
+        stops admitting, the in-flight ones finish, the run exits 75."""
+        if self.admission_stop is None:
+            self.admission_stop = reason
+        for session in list(self._sessions.values()):
+            session.stop_admitting(reason)
+
+    def not_starting(self, state: ItemAttempt) -> str | None:
+        """Why the item will not start (a drain, the walltime, SIGTERM), or None: an item
+        whose conversation is already in flight (or done) goes on."""
+        reason = self._no_new_stack()
+        if reason is None:
+            return None
+        session = self._sessions.get(state.spec.arm.name)
+        if session is not None and session.was_admitted(state):
+            return None
+        return reason
+
+    def never_started(self, state: ItemAttempt) -> bool:
+        """Whether the item holds a conversation that was never started: an interrupt
+        leaves no record for it (nothing ran, so there is nothing to resume)."""
+        arm = state.spec.arm.name
+        if state not in self._attempts.get(arm, ()):
+            return False  # a plain item: its own body is what ran
+        session = self._sessions.get(arm)
+        return session is None or not session.was_admitted(state)
+
+    def _no_new_stack(self) -> str | None:
+        """Why no stack may start any more (a drain, the walltime, SIGTERM), or None."""
+        if self.emergency is not None:
+            return self.emergency
+        if self.drain is not None:
+            return self.drain.reason
+        return self.admission_stop
 
     def _start(self, arm: str) -> ArmRun:
         # Imported on first use: the stack and driver cost ~0.4 s to import.
@@ -105,8 +210,12 @@ class ArmRuns:
             # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
             breaker=CircuitBreaker(),
             on_stop=self._stop_early,
+            on_admission_stop=self._stop_admitting_for_walltime,
+            dump_interval_s=settings.dump_interval,
+            drain_margin_s=settings.drain_timeout + DUMP_MARGIN_S,
         )
         self._sessions[arm] = session
+        self.starting = True
         try:
             session.start()
         except StackError as exc:
@@ -116,6 +225,8 @@ class ArmRuns:
                 self.stack_failure = failure
             self._stop_session(failure)
             raise StackError(failure) from None
+        finally:
+            self.starting = False
         for state in self._attempts.get(arm, []):
             if state.recorded is None:
                 session.submit(state)

@@ -67,6 +67,7 @@ class Runner(Generic[K, R, F]):
         self._queue: deque[tuple[K, Callable[[], Awaitable[R]]]] = deque()
         self._futures: dict[K, concurrent.futures.Future[F]] = {}
         self._in_flight = 0
+        self._admitted: set[K] = set()  # keys whose coroutine was started
         self._reason: str | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -90,6 +91,11 @@ class Runner(Generic[K, R, F]):
         """Why the runner stopped admitting (the first reason given), None while it admits."""
         with self._lock:
             return self._reason
+
+    def was_admitted(self, key: K) -> bool:
+        """Whether ``key``'s coroutine was started (it may have ended since)."""
+        with self._lock:
+            return key in self._admitted
 
     def start(self) -> None:
         """Start the loop thread; keys submitted before are admitted now."""
@@ -282,6 +288,7 @@ class Runner(Generic[K, R, F]):
                 if self._reason is not None:
                     break
                 key, factory = self._queue.popleft()
+                self._admitted.add(key)
                 at_start = self._in_flight
                 self._in_flight += 1
             task = asyncio.ensure_future(_converse(factory))

@@ -160,6 +160,88 @@ class Stack:
         return (self.api_key, self.admin_token, *self.postgres.secrets)
 
 
+def build_llm_service(
+    *,
+    served_name: str,
+    max_model_len: int,
+    tool_call_parser: str | None,
+    persona: str,
+    latency_ms: int,
+    seed: int,
+    api_key: str,
+    load_s: float = 0.0,
+    name: str = "llm",
+    start_timeout: float = 60.0,
+) -> HttpService:
+    """The stand-in LLM server, not yet started; tool calling is on with a `tool_call_parser`."""
+
+    def argv(port: int) -> list[str]:
+        argv = [sys.executable, "-m", "pytest_haico.standins.llm"]
+        argv += ["--model", served_name, "--served-model-name", served_name]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--max-model-len", str(max_model_len)]
+        if tool_call_parser is not None:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
+        argv += ["--persona", persona, "--latency-ms", str(latency_ms), "--seed", str(seed)]
+        if load_s:
+            argv += ["--load-s", f"{load_s:g}"]
+        return argv
+
+    return HttpService(
+        name=name,
+        argv=argv,
+        env=lambda: {"VLLM_API_KEY": api_key},
+        health_path="/health",
+        start_timeout=start_timeout,
+        secrets=(api_key,),
+    )
+
+
+def build_backend_service(
+    *,
+    admin_token: str,
+    api_key: str,
+    database_url: Callable[[], str],
+    database_secrets: tuple[str, ...] = (),
+    substitute_model: str | None = None,
+    rate_limit_rpm: int | None = None,
+    recursion_flag: bool = True,
+    name: str = "backend",
+    waits_for: tuple[str, ...] = (),
+    start_timeout: float = 60.0,
+) -> HttpService:
+    """The stand-in backend, not yet started; `database_url()` is asked at each spawn."""
+
+    def argv(port: int) -> list[str]:
+        argv = [sys.executable, "-m", "pytest_haico.standins.backend"]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        if substitute_model is not None:
+            argv += ["--substitute-model", substitute_model]
+        if rate_limit_rpm is not None:
+            argv += ["--rate-limit-rpm", str(rate_limit_rpm)]
+        if not recursion_flag:
+            argv.append("--no-recursion-flag")
+        return argv
+
+    def env() -> dict[str, str]:
+        return {
+            "ADMIN_DEFAULT_API_TOKEN": admin_token,
+            "VLLM_API_KEY": api_key,
+            "HAICO_DATABASE_URL": database_url(),
+        }
+
+    return HttpService(
+        name=name,
+        argv=argv,
+        env=env,
+        health_path="/api/health",
+        health_headers={"Authorization": f"Bearer {admin_token}"},
+        waits_for=waits_for,
+        start_timeout=start_timeout,
+        secrets=(api_key, admin_token, *database_secrets),
+    )
+
+
 def build_local_stack(
     log_dir: Path,
     *,
@@ -170,6 +252,7 @@ def build_local_stack(
     persona: str,
     latency_ms: int,
     seed: int,
+    load_s: float = 0.0,
     substitute_model: str | None = None,
     rate_limit_rpm: int | None = None,
     recursion_flag: bool = True,
@@ -186,60 +269,37 @@ def build_local_stack(
     api_key = new_secret()
     admin_token = new_secret()
     postgres = PostgresService(bin_dir=postgres_bin_dir)
-
-    def llm_argv(port: int) -> list[str]:
-        argv = [sys.executable, "-m", "pytest_haico.standins.llm"]
-        argv += ["--model", served_name, "--served-model-name", served_name]
-        argv += ["--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--max-model-len", str(max_model_len)]
-        if enable_tool_calling:
-            argv += ["--enable-auto-tool-choice", "--tool-call-parser", str(tool_call_parser)]
-        argv += ["--persona", persona, "--latency-ms", str(latency_ms), "--seed", str(seed)]
-        return argv
-
-    def backend_argv(port: int) -> list[str]:
-        argv = [sys.executable, "-m", "pytest_haico.standins.backend"]
-        argv += ["--host", "127.0.0.1", "--port", str(port)]
-        if substitute_model is not None:
-            argv += ["--substitute-model", substitute_model]
-        if rate_limit_rpm is not None:
-            argv += ["--rate-limit-rpm", str(rate_limit_rpm)]
-        if not recursion_flag:
-            argv.append("--no-recursion-flag")
-        return argv
-
-    llm = HttpService(
-        name="llm",
-        argv=llm_argv,
-        env=lambda: {"VLLM_API_KEY": api_key},
-        health_path="/health",
+    llm = build_llm_service(
+        served_name=served_name,
+        max_model_len=max_model_len,
+        tool_call_parser=tool_call_parser if enable_tool_calling else None,
+        persona=persona,
+        latency_ms=latency_ms,
+        seed=seed,
+        api_key=api_key,
+        load_s=load_s,
         start_timeout=start_timeout,
-        secrets=(api_key,),
     )
 
-    def backend_env() -> dict[str, str]:
+    def database_url() -> str:
         # Called at each spawn of the backend, which may come before Postgres' own: the
         # orchestrator knows the port it claimed for Postgres, and respawns the backend
         # if Postgres has to move to another one.
-        port = orchestrator.port(postgres.name)
-        return {
-            "ADMIN_DEFAULT_API_TOKEN": admin_token,
-            "VLLM_API_KEY": api_key,
-            "HAICO_DATABASE_URL": postgres.dsn_for(port, require_scram=True),
-        }
+        return postgres.dsn_for(orchestrator.port(postgres.name), require_scram=True)
 
-    backend = HttpService(
-        name="backend",
-        argv=backend_argv,
-        env=backend_env,
-        health_path="/api/health",
-        health_headers={"Authorization": f"Bearer {admin_token}"},
+    backend = build_backend_service(
+        admin_token=admin_token,
+        api_key=api_key,
+        database_url=database_url,
+        database_secrets=postgres.secrets,
+        substitute_model=substitute_model,
+        rate_limit_rpm=rate_limit_rpm,
+        recursion_flag=recursion_flag,
         # The stand-in waits for its database and answers /api/health only once it can
         # use it, so its LangGraph import (over a second) overlaps Postgres' start. A real
         # backend (the cluster profile) `requires` Postgres instead.
         waits_for=(postgres.name,),
         start_timeout=start_timeout,
-        secrets=(api_key, admin_token, *postgres.secrets),
     )
     # The LLM first: on a cluster its load is the long pole, and it overlaps Postgres' set-up.
     # Postgres' template copy runs in a worker thread while the others start.

@@ -57,6 +57,7 @@ class LlmSettings:
     tool_call_parser: str | None
     persona: Persona
     latency_ms: int
+    load_s: float
     seed: int
     api_key: str | None
 
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--persona", choices=[p.value for p in Persona], default=Persona.HELPFUL.value
     )
     parser.add_argument("--latency-ms", type=_non_negative, default=0)
+    parser.add_argument(
+        "--load-s",
+        type=float,
+        default=0.0,
+        help="seconds to 'load the model' before listening, as vLLM does (default 0)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     # Refused rather than unknown: argv is readable by every user of the node.
     parser.add_argument("--api-key", help=argparse.SUPPRESS)
@@ -113,6 +120,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LlmSettin
         tool_call_parser=args.tool_call_parser,
         persona=Persona(args.persona),
         latency_ms=int(args.latency_ms),
+        load_s=max(0.0, float(args.load_s)),
         seed=int(args.seed),
         api_key=environ.get(API_KEY_ENV) or None,
     )
@@ -285,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.latency_ms,
         "on" if settings.api_key else "off",
     )
+    if settings.load_s:
+        # Like vLLM: nothing listens (so /health is refused) until the weights are in.
+        logger.info("loading the model: %.1f s", settings.load_s)
+        time.sleep(settings.load_s)
     return run_app(
         build_app(settings, stopping=stopping),
         host=settings.host,

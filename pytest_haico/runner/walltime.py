@@ -1,0 +1,445 @@
+"""Walltime-aware admission: start a conversation only if the job's remaining time covers it.
+
+A new conversation of a stratum is admitted while the Slurm job's remaining walltime
+covers the stratum's measured p95 item time plus the drain margin. The job's end time
+comes from Slurm (read at start, refreshed rarely: an admin may move it with
+``scontrol update``); item times come from the arm's earlier ledgers and from the
+conversations this run finishes. Whatever cannot be known admits: without a job id,
+an end time or an item time of the stratum there is no limit, and the circuit breaker
+and the drain protect the run instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from pytest_haico.errors import HaicoError
+from pytest_haico.ledger.jsonl import RawRecord, iter_ledger_dir
+from pytest_haico.ledger.verdicts import Verdict
+
+_log = logging.getLogger(__name__)
+
+Warn = Callable[[str], None]
+Clock = Callable[[], float]
+Spawn = Callable[[Callable[[], None]], None]
+
+DEFAULT_REFRESH_S = 300.0
+DEFAULT_COMMAND_TIMEOUT_S = 10.0
+
+# The verdicts of attempts whose conversation ran to its own end, so `duration_s` is
+# what an item of the stratum takes. Not measured: `interrupted` (cut by a drain or a
+# kill), `infra_error` and `rate_limited` (cut short by a failure, or stretched to a
+# timeout), `gave_up` (the last of those), `substituted` (stopped at the turn another
+# model served, and timed on that model).
+MEASURED_VERDICTS = frozenset(
+    {Verdict.COMPLETED, Verdict.EXPECTATION_FAILED, Verdict.RECURSION_LIMIT, Verdict.BLANK_TURN}
+)
+
+# What Slurm prints for an end time it does not have: a pending job's, an UNLIMITED one's.
+_NO_END_TIME = frozenset({"", "unknown", "n/a", "none"})
+
+
+class RunCommand(Protocol):
+    """Runs a command and returns its stdout.
+
+    Raises `OSError` when it cannot start (`FileNotFoundError`: not installed),
+    `subprocess.TimeoutExpired` after ``timeout_s`` seconds, and
+    `subprocess.CalledProcessError` on a non-zero exit.
+    """
+
+    def __call__(
+        self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
+    ) -> str: ...
+
+
+def run_command(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None) -> str:
+    """The default `RunCommand`: an argv list (never a shell), killed after ``timeout_s``."""
+    result = subprocess.run(
+        list(argv),
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+        check=True,
+    )
+    return result.stdout
+
+
+def parse_slurm_time(text: str) -> float | None:
+    """Epoch seconds of a timestamp as Slurm prints it (local time, no zone:
+    ``2026-12-01T03:14:15``); None for "Unknown", "N/A", "NONE" or nothing.
+
+    Raises `ValueError` for anything else.
+    """
+    value = text.strip()
+    if value.lower() in _NO_END_TIME:
+        return None
+    try:
+        # A naive datetime's timestamp() is local time, as Slurm's output is.
+        return datetime.fromisoformat(value).timestamp()
+    except (OverflowError, OSError) as exc:
+        raise ValueError(f"{value!r} is out of range") from exc
+
+
+def parse_squeue_end_time(stdout: str, job_id: str) -> float | None:
+    """The end time from ``squeue -h -j J -o '%A %e'``: the line whose job id is J.
+
+    ``squeue -j`` of an array's base id lists every task of the array, each under its
+    own job id (``%A``), so the line is picked by id. Raises `ValueError` when no line
+    is J's or its time is not a timestamp.
+    """
+    for line in stdout.splitlines():
+        fields = line.split()
+        if fields and fields[0] == job_id:
+            return parse_slurm_time(fields[1] if len(fields) > 1 else "")
+    raise ValueError(f"no line for job {job_id}")
+
+
+_SCONTROL_JOB_ID = re.compile(r"(?:^|\s)JobId=(\S+)")
+_SCONTROL_END_TIME = re.compile(r"(?:^|\s)EndTime=(\S*)")
+
+
+def parse_scontrol_end_time(stdout: str, job_id: str) -> float | None:
+    """The end time from ``scontrol -o show job J`` (one record a line): the ``EndTime=``
+    of the record whose ``JobId=`` is J. Raises `ValueError` when there is none, or it is
+    not a timestamp."""
+    for line in stdout.splitlines():
+        found_id = _SCONTROL_JOB_ID.search(line)
+        if found_id is None or found_id.group(1) != job_id:
+            continue
+        end = _SCONTROL_END_TIME.search(line)
+        if end is None:
+            raise ValueError(f"no EndTime= in the record of job {job_id}")
+        return parse_slurm_time(end.group(1))
+    raise ValueError(f"no record of job {job_id}")
+
+
+def format_duration(seconds: float) -> str:
+    """``45 s``, ``4 min 10 s``, ``2 h 5 min``."""
+    total = max(0, round(seconds))
+    if total < 60:
+        return f"{total} s"
+    if total < 3600:
+        return f"{total // 60} min {total % 60} s"
+    return f"{total // 3600} h {total % 3600 // 60} min"
+
+
+def _spawn_thread(target: Callable[[], None]) -> None:
+    threading.Thread(target=target, name="haico-walltime-refresh", daemon=True).start()
+
+
+class JobEndTime:
+    """The Slurm job's end time (epoch seconds), read from Slurm and cached.
+
+    `refresh` reads it on the calling thread: ``squeue -h -j J -o '%A %e'`` first (one
+    field to parse), ``scontrol -o show job J`` when squeue fails, each with a timeout of
+    ``timeout_s``, with ``SLURM_TIME_FORMAT=standard`` so a user's own time format cannot
+    change the output. `get` never blocks: it returns the cached value and, once the last
+    read is ``refresh_s`` old, starts the next read through ``spawn`` (by default a
+    daemon thread), so a slow slurmctld stalls no conversation on the event loop.
+
+    An explicit "no end time" answer (an UNLIMITED job) clears the end time; a read that
+    fails (no command, non-zero exit, timeout, unparsable output) keeps the last one
+    known and is reported once through ``warn``. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+        run: RunCommand = run_command,
+        clock: Clock = time.time,
+        spawn: Spawn = _spawn_thread,
+        warn: Warn | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.refresh_s = refresh_s
+        self.timeout_s = timeout_s
+        self._env = {**(os.environ if env is None else env), "SLURM_TIME_FORMAT": "standard"}
+        self._run = run
+        self._clock = clock
+        self._spawn = spawn
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._end: float | None = None
+        self._read_at: float | None = None  # when the newest read started
+        self._reading = False
+        self._warned = False
+
+    @property
+    def end(self) -> float | None:
+        """The cached end time, without starting a read."""
+        with self._lock:
+            return self._end
+
+    def get(self) -> float | None:
+        """The cached end time; starts a background read when the last one is stale."""
+        now = self._clock()
+        with self._lock:
+            last = self._read_at
+            # A clock that went back (NTP) makes the cache stale too.
+            stale = last is None or now - last >= self.refresh_s or now < last
+            if not stale or self._reading:
+                return self._end
+            self._reading = True
+            self._read_at = now
+        try:
+            self._spawn(self._refresh_in_background)
+        except Exception:  # no thread at interpreter exit: keep the cached value
+            _log.warning("walltime: cannot start a refresh of job %s's end time", self.job_id)
+            with self._lock:
+                self._reading = False
+        return self.end  # the new value if the read already ended
+
+    def refresh(self) -> float | None:
+        """Read the end time now, on this thread, and return the value then cached."""
+        with self._lock:
+            self._read_at = self._clock()
+        known, end, problem = self._read()
+        with self._lock:
+            if known:
+                self._end = end
+            cached = self._end
+            warn = problem is not None and not self._warned
+            self._warned = self._warned or warn
+        if problem is not None:
+            if warn and self._warn is not None:
+                self._warn(problem)
+            else:
+                _log.info("walltime: %s", problem)
+        return cached
+
+    def _refresh_in_background(self) -> None:
+        try:
+            self.refresh()
+        except Exception:
+            _log.exception("walltime: refreshing job %s's end time failed", self.job_id)
+        finally:
+            with self._lock:
+                self._reading = False
+
+    def _read(self) -> tuple[bool, float | None, str | None]:
+        """(whether Slurm answered, the end time or None for no limit, the problem)."""
+        job = self.job_id
+        attempts: tuple[tuple[list[str], Callable[[str, str], float | None]], ...] = (
+            (["squeue", "-h", "-j", job, "-o", "%A %e"], parse_squeue_end_time),
+            (["scontrol", "-o", "show", "job", job], parse_scontrol_end_time),
+        )
+        problems = []
+        for argv, parse in attempts:
+            try:
+                stdout = self._run(argv, timeout_s=self.timeout_s, env=self._env)
+            except FileNotFoundError:
+                problem = f"{argv[0]} not found"
+            except OSError as exc:
+                problem = f"cannot start it: [Errno {exc.errno}] {exc.strerror}"
+            except subprocess.TimeoutExpired:
+                problem = f"no answer within {self.timeout_s:g} s"
+            except subprocess.CalledProcessError as exc:
+                problem = f"exit {exc.returncode}: {_first_line(exc.stderr)}"
+            else:
+                try:
+                    return True, parse(stdout, job), None
+                except ValueError as exc:
+                    problem = f"{exc} in its output {_first_line(stdout)!r}"
+            problems.append(f"{shlex.join(argv)}: {problem}")
+        return (
+            False,
+            None,
+            f"cannot read the end time of Slurm job {job} ({'; '.join(problems)}); "
+            "walltime admission keeps the last end time it read, and admits without a "
+            "walltime limit until it has one. Check that squeue and scontrol work on this "
+            f"node (squeue -j {job})",
+        )
+
+
+def _first_line(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    lines = (text or "").strip().splitlines()
+    return lines[0][:200] if lines else "(nothing)"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTime:
+    """How long items of one stratum take: p95 (nearest rank), the longest, the sample count."""
+
+    p95_s: float
+    longest_s: float
+    samples: int
+
+
+class ItemTimes:
+    """Measured item times per stratum: attempts whose verdict is in `MEASURED_VERDICTS`.
+
+    Thread-safe: the runner's finish threads `observe` while its loop calls `get`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sorted: dict[str, list[float]] = {}
+
+    @classmethod
+    def from_ledger_dir(cls, directory: Path, *, warn: Warn) -> ItemTimes:
+        """Item times from every ledger of an arm's ledger directory.
+
+        Lines the reader skips are not reported again (resume reads the same files and
+        reports them); a directory or file that cannot be read is reported through
+        ``warn``, and what was read before it is kept.
+        """
+        times = cls()
+        try:
+            times.add_records(iter_ledger_dir(directory, warn=lambda _: None))
+        except (HaicoError, OSError) as exc:
+            warn(
+                f"walltime admission cannot use the item times of earlier runs: {exc}; "
+                "strata without a measured item time are admitted without a walltime check"
+            )
+        return times
+
+    def add_records(self, records: Iterable[RawRecord]) -> None:
+        """Count ledger records; one without a usable stratum, verdict or duration is
+        passed over."""
+        for record in records:
+            data = record.data
+            self.observe(data.get("stratum"), data.get("verdict"), data.get("duration_s"))
+
+    def observe(self, stratum: object, verdict: object, duration_s: object) -> bool:
+        """Count one attempt; False (and nothing counted) unless it measures an item time."""
+        # Read from JSON: the verdict may be any value (even an unhashable one).
+        if not isinstance(stratum, str) or not isinstance(verdict, str):
+            return False
+        if verdict not in MEASURED_VERDICTS or isinstance(duration_s, bool):
+            return False
+        if not isinstance(duration_s, int | float) or not 0 <= duration_s < math.inf:
+            return False
+        with self._lock:
+            bisect.insort(self._sorted.setdefault(stratum, []), float(duration_s))
+        return True
+
+    def get(self, stratum: str) -> ItemTime | None:
+        """The stratum's item time, or None when none of its items was measured."""
+        with self._lock:
+            durations = self._sorted.get(stratum)
+            if not durations:
+                return None
+            count = len(durations)
+            rank = math.ceil(0.95 * count)  # nearest rank: the smallest 95% cover
+            return ItemTime(p95_s=durations[rank - 1], longest_s=durations[-1], samples=count)
+
+
+class WalltimeAdmission:
+    """The runner's ``admit`` check: `refusal` says why a stratum's next item cannot start.
+
+    Without a ``job_id`` (no ``SLURM_JOB_ID``) it admits everything and runs nothing.
+    The constructor reads the ledgers and the job's end time on the calling thread;
+    later reads of the end time happen in the background (see `JobEndTime`).
+    ``drain_margin_s`` is what the run needs after its last admission ends:
+    ``--haico-drain-timeout`` plus the final dump. Warnings (an unreadable end time or
+    ledger) go to ``warn`` and to `warnings`, each once.
+    """
+
+    def __init__(
+        self,
+        job_id: str | None,
+        ledger_dir: Path | None,
+        *,
+        drain_margin_s: float,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+        run: RunCommand = run_command,
+        clock: Clock = time.time,
+        spawn: Spawn = _spawn_thread,
+        warn: Warn | None = None,
+    ) -> None:
+        self.job_id = job_id or None  # an empty SLURM_JOB_ID is no job
+        self.drain_margin_s = drain_margin_s
+        self._clock = clock
+        self._warn = warn
+        self._warnings: list[str] = []
+        self._warnings_lock = threading.Lock()
+        self.item_times = (
+            ItemTimes.from_ledger_dir(ledger_dir, warn=self._report)
+            if ledger_dir is not None
+            else ItemTimes()
+        )
+        self.end_time: JobEndTime | None = None
+        if self.job_id is not None:
+            self.end_time = JobEndTime(
+                self.job_id,
+                refresh_s=refresh_s,
+                timeout_s=command_timeout_s,
+                env=env,
+                run=run,
+                clock=clock,
+                spawn=spawn,
+                warn=self._report,
+            )
+            self.end_time.refresh()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        with self._warnings_lock:
+            return tuple(self._warnings)
+
+    def observe(self, stratum: str, verdict: Verdict | str, duration_s: float) -> None:
+        """Count a conversation of this run that ended (call it from ``finish``)."""
+        self.item_times.observe(stratum, verdict, duration_s)
+
+    def remaining_s(self) -> float | None:
+        """Seconds until the job's end time, None when it has none known."""
+        end = None if self.end_time is None else self.end_time.get()
+        return None if end is None else end - self._clock()
+
+    def refusal(self, stratum: str) -> str | None:
+        """None to admit the stratum's next item, or why not; never raises."""
+        try:
+            return self._refusal(stratum)
+        except Exception:
+            # The runner stops the whole run when its admit check raises: a bug here
+            # must not end a campaign that the breaker and the drain still protect.
+            _log.exception("walltime admission failed for stratum %r; admitting", stratum)
+            return None
+
+    def _refusal(self, stratum: str) -> str | None:
+        if self.end_time is None:
+            return None
+        item = self.item_times.get(stratum)
+        if item is None:
+            return None
+        remaining = self.remaining_s()
+        if remaining is None or remaining >= item.p95_s + self.drain_margin_s:
+            return None
+        ends = f"ends in {format_duration(remaining)}" if remaining > 0 else "is at its end time"
+        return (
+            f"job {self.job_id} {ends}; items of stratum {stratum} take "
+            f"{format_duration(item.p95_s)} (p95 of {item.samples}) + "
+            f"{self.drain_margin_s:g} s drain margin: not admitting"
+        )
+
+    def _report(self, message: str) -> None:
+        with self._warnings_lock:
+            if message in self._warnings:
+                return
+            self._warnings.append(message)
+        if self._warn is not None:
+            self._warn(message)
