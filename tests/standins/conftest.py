@@ -11,8 +11,10 @@ from tests.standins.standin_procs import BackendServers, Launcher, LlmServers
 
 @pytest.fixture(scope="session")
 def standin_launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
-    """Session-wide cache of running stand-ins (each stopped with SIGTERM at the end)."""
-    launcher = Launcher(tmp_path_factory.mktemp("standin-logs"))
+    """Session-wide cache of running stand-ins, started and stopped by the stack's orchestrator."""
+    launcher = Launcher(
+        tmp_path_factory.mktemp("standin-logs"), tmp_path_factory.mktemp("standin-state")
+    )
     try:
         yield launcher
     finally:
@@ -27,5 +29,5 @@ def llm_server(standin_launcher: Launcher) -> LlmServers:
 
 @pytest.fixture(scope="session")
 def backend_server(standin_launcher: Launcher, postgres_dsn: str) -> BackendServers:
-    """``backend_server(*args)``: a running stand-in backend with its own fresh database."""
+    """``backend_server(rate_limit_rpm=2, ...)``: a running stand-in backend, own database."""
     return BackendServers(standin_launcher, postgres_dsn)

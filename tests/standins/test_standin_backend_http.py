@@ -36,8 +36,9 @@ STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT]
 def _servers(llm_server: LlmServers, backend_server: BackendServers) -> None:
     """Start this module's servers together, so their start-ups overlap."""
     llm_server.prefetch([("helpful", {}), ("hang", {}), ("helpful", {"api_key": "another-key"})])
-    stoppable = [("--substitute-model", f"stop-{s.name}") for s in STOP_SIGNALS]
-    backend_server.prefetch([(), ("--rate-limit-rpm", "2"), *stoppable])
+    # Replicas of their own: these tests stop them.
+    stoppable = [{"stop_signal": s, "replica": 1} for s in STOP_SIGNALS]
+    backend_server.prefetch([{}, {"rate_limit_rpm": 2}, *stoppable])
 
 
 @pytest.fixture
@@ -104,7 +105,7 @@ def test_a_branch_without_a_thread_is_400(backend: BackendServer) -> None:
 
 
 def test_queries_past_the_rate_limit_are_429(backend_server: BackendServers) -> None:
-    backend = backend_server("--rate-limit-rpm", "2")
+    backend = backend_server(rate_limit_rpm=2)
     endpoint = unreachable_endpoint()  # the fastest turn: the limit counts queries, not outcomes
     for _ in range(2):
         assert run_turn(backend.base_url, "hi", endpoint, thread_id=None)[-1]["kind"] == "model"
@@ -163,6 +164,6 @@ def test_a_missing_secret_stops_the_start_with_exit_2(env: dict[str, str], messa
 def test_a_signal_stops_the_backend_with_exit_0(
     backend_server: BackendServers, sig: signal.Signals
 ) -> None:
-    backend = backend_server("--substitute-model", f"stop-{sig.name}")
-    assert backend.process.stop(sig) == 0
+    backend = backend_server(stop_signal=sig, replica=1)
+    assert backend.stop() == 0
     assert "Application shutdown complete" in backend.process.log_path.read_text()

@@ -12,14 +12,14 @@ from tests.standins.standin_http import MODEL, post_query, run_turn
 from tests.standins.standin_procs import BackendServer, BackendServers, LlmServers, free_port
 
 # One backend for both flags (each test looks at what only its flag changes): one start-up less.
-VARIANT = ("--no-recursion-flag", "--substitute-model", "other-model")
+VARIANT: dict[str, object] = {"recursion_flag": False, "substitute_model": "other-model"}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _servers(llm_server: LlmServers, backend_server: BackendServers) -> None:
     """Start the model servers of this module together, and the default backend."""
     llm_server.prefetch([(p, {}) for p in ("helpful", "looper", "bad_args", "flaky")])
-    backend_server.prefetch([(), VARIANT])
+    backend_server.prefetch([{}, VARIANT])
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_an_odd_limit_is_an_error_of_kind_recursion_limit(
 def test_without_the_recursion_flag_the_canned_reply_is_left_to_the_client(
     backend_server: BackendServers, llm_server: LlmServers
 ) -> None:
-    backend = backend_server(*VARIANT)
+    backend = backend_server(**VARIANT)
     events = run_turn(
         backend.base_url,
         "hi",
@@ -222,7 +222,7 @@ def test_a_branch_from_a_missing_turn_is_400(
 def test_a_substitute_model_is_what_the_snapshot_records(
     backend_server: BackendServers, llm_server: LlmServers
 ) -> None:
-    backend = backend_server(*VARIANT)
+    backend = backend_server(**VARIANT)
     thread = new_thread()
     events = run_turn(backend.base_url, "hi", llm_server("helpful").endpoint_url, thread_id=thread)
     assert events[-1]["type"] == "complete"

@@ -26,7 +26,7 @@ from tests.standins.standin_http import (
     post,
     user,
 )
-from tests.standins.standin_procs import Launcher, LlmServers, base_env, llm_process, wait_for_log
+from tests.standins.standin_procs import LlmServers, base_env, wait_for_log
 
 
 def test_health_answers_without_a_key(llm_server: LlmServers) -> None:
@@ -142,25 +142,22 @@ def test_auto_tool_choice_without_a_parser_is_refused() -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_a_signal_ends_a_hanging_request_and_exits_0(
-    standin_launcher: Launcher, sig: signal.Signals
+    llm_server: LlmServers, sig: signal.Signals
 ) -> None:
-    name = f"llm-hang-signal-{sig.name}"
-    (process,) = standin_launcher.ensure(
-        {name: lambda: llm_process(standin_launcher.log_dir, name, persona="hang")}
-    )
+    server = llm_server("hang", stop_signal=sig, replica=1)  # a replica of its own: it stops it
     outcome: list[object] = []
 
     def request() -> None:
         try:
-            outcome.append(chat(process.base_url, user("hi"), timeout=30).status_code)
+            outcome.append(chat(server.base_url, user("hi"), timeout=30).status_code)
         except httpx.HTTPError as exc:
             outcome.append(exc)
 
     thread = threading.Thread(target=request)
     thread.start()
-    wait_for_log(process, "holds the request")
+    wait_for_log(server.process.log_path, "holds the request")
     started = time.monotonic()
-    assert process.stop(sig) == 0
+    assert server.stop() == 0
     assert time.monotonic() - started < 5
     thread.join(10)
     assert outcome, "the hanging request did not end"
