@@ -11,23 +11,19 @@ and the drain protect the run instead.
 
 from __future__ import annotations
 
-import bisect
 import logging
-import math
 import os
 import re
 import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.jsonl import RawRecord, iter_ledger_dir
+from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.verdicts import Verdict
 
 _log = logging.getLogger(__name__)
@@ -38,15 +34,6 @@ Spawn = Callable[[Callable[[], None]], None]
 
 DEFAULT_REFRESH_S = 300.0
 DEFAULT_COMMAND_TIMEOUT_S = 10.0
-
-# The verdicts of attempts whose conversation ran to its own end, so `duration_s` is
-# what an item of the stratum takes. Not measured: `interrupted` (cut by a drain or a
-# kill), `infra_error` and `rate_limited` (cut short by a failure, or stretched to a
-# timeout), `gave_up` (the last of those), `substituted` (stopped at the turn another
-# model served, and timed on that model).
-MEASURED_VERDICTS = frozenset(
-    {Verdict.COMPLETED, Verdict.EXPECTATION_FAILED, Verdict.RECURSION_LIMIT, Verdict.BLANK_TURN}
-)
 
 # What Slurm prints for an end time it does not have: a pending job's, an UNLIMITED one's.
 _NO_END_TIME = frozenset({"", "unknown", "n/a", "none"})
@@ -276,74 +263,6 @@ def _first_line(text: str | bytes | None) -> str:
         text = text.decode(errors="replace")
     lines = (text or "").strip().splitlines()
     return lines[0][:200] if lines else "(nothing)"
-
-
-@dataclass(frozen=True, slots=True)
-class ItemTime:
-    """How long items of one stratum take: p95 (nearest rank), the longest, the sample count."""
-
-    p95_s: float
-    longest_s: float
-    samples: int
-
-
-class ItemTimes:
-    """Measured item times per stratum: attempts whose verdict is in `MEASURED_VERDICTS`.
-
-    Thread-safe: the runner's finish threads `observe` while its loop calls `get`.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sorted: dict[str, list[float]] = {}
-
-    @classmethod
-    def from_ledger_dir(cls, directory: Path, *, warn: Warn) -> ItemTimes:
-        """Item times from every ledger of an arm's ledger directory.
-
-        Lines the reader skips are not reported again (resume reads the same files and
-        reports them); a directory or file that cannot be read is reported through
-        ``warn``, and what was read before it is kept.
-        """
-        times = cls()
-        try:
-            times.add_records(iter_ledger_dir(directory, warn=lambda _: None))
-        except (HaicoError, OSError) as exc:
-            warn(
-                f"walltime admission cannot use the item times of earlier runs: {exc}; "
-                "strata without a measured item time are admitted without a walltime check"
-            )
-        return times
-
-    def add_records(self, records: Iterable[RawRecord]) -> None:
-        """Count ledger records; one without a usable stratum, verdict or duration is
-        passed over."""
-        for record in records:
-            data = record.data
-            self.observe(data.get("stratum"), data.get("verdict"), data.get("duration_s"))
-
-    def observe(self, stratum: object, verdict: object, duration_s: object) -> bool:
-        """Count one attempt; False (and nothing counted) unless it measures an item time."""
-        # Read from JSON: the verdict may be any value (even an unhashable one).
-        if not isinstance(stratum, str) or not isinstance(verdict, str):
-            return False
-        if verdict not in MEASURED_VERDICTS or isinstance(duration_s, bool):
-            return False
-        if not isinstance(duration_s, int | float) or not 0 <= duration_s < math.inf:
-            return False
-        with self._lock:
-            bisect.insort(self._sorted.setdefault(stratum, []), float(duration_s))
-        return True
-
-    def get(self, stratum: str) -> ItemTime | None:
-        """The stratum's item time, or None when none of its items was measured."""
-        with self._lock:
-            durations = self._sorted.get(stratum)
-            if not durations:
-                return None
-            count = len(durations)
-            rank = math.ceil(0.95 * count)  # nearest rank: the smallest 95% cover
-            return ItemTime(p95_s=durations[rank - 1], longest_s=durations[-1], samples=count)
 
 
 class WalltimeAdmission:

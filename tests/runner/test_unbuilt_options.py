@@ -1,4 +1,5 @@
-"""Options whose machinery has not landed are refused at configure time; the drain and\nthe dumps options, which have, are accepted."""
+"""Options whose machinery has not landed are refused at configure time; the drain and
+the dumps options, which have, are accepted."""
 
 from __future__ import annotations
 

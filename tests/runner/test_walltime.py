@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.ledger.item_times import ItemTime, ItemTimes
 from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.walltime import (
-    ItemTime,
-    ItemTimes,
     JobEndTime,
     WalltimeAdmission,
     format_duration,
