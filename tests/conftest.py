@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_haico.stack import Orchestrator, PostgresService
+from tests.harness import CampaignProject, clear_campaign_environment
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +22,17 @@ def postgres_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postg
 def postgres_dsn(postgres_service: PostgresService) -> str:
     """A superuser DSN (TCP 127.0.0.1, with password) of a real Postgres for this session."""
     return postgres_service.dsn
+
+
+@pytest.fixture
+def campaign(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[CampaignProject]:
+    """A campaign project in pytester's directory (no arms or scripts yet; the harness's
+    ITEM_MODULE test module), outside any Slurm job; background runs are killed at teardown."""
+    clear_campaign_environment(monkeypatch)
+    project = CampaignProject(pytester)
+    try:
+        yield project
+    finally:
+        project.stop_background_runs()

@@ -10,6 +10,7 @@ plugin made. Anything else is left alone and named in the log.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -55,7 +56,7 @@ class ServiceRecord(BaseModel):
 
 
 class RegistryFile(BaseModel):
-    """`<state dir>/services/<owner pid>.json`, and its optional copy in a run directory."""
+    """`<state dir>/services/<owner pid>-<n>.json`, and its optional copy in a run directory."""
 
     version: Literal[1] = 1
     host: str
@@ -83,6 +84,9 @@ class Reaped:
     refused: tuple[str, ...] = ()  # what it left alone, and why
 
 
+_REGISTRY_NUMBERS = itertools.count(1)
+
+
 class Registry:
     """This process's record of the services it started, rewritten on every change."""
 
@@ -97,7 +101,9 @@ class Registry:
         directory = ensure_private_dir(
             resolve_state_dir(state_dir) / "services", what="the service registry directory"
         )
-        self.path = directory / f"{os.getpid()}.json"
+        # One file per registry: a process may run several stacks (one per arm, a test's
+        # own), and closing one must not drop the others' records.
+        self.path = directory / f"{os.getpid()}-{next(_REGISTRY_NUMBERS)}.json"
         self.mirror = mirror
         self.mirror_mode = mirror_mode
         self._job = job

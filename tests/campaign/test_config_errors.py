@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 
 def assert_usage_error(result: pytest.RunResult, *lines: str) -> None:
@@ -13,7 +13,7 @@ def assert_usage_error(result: pytest.RunResult, *lines: str) -> None:
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
-def test_duplicate_script_ids_name_both_files(campaign: CampaignDir) -> None:
+def test_duplicate_script_ids_name_both_files(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     campaign.scripts("more.yaml", "id: greet\nturns:\n  - user: again\n")
@@ -23,7 +23,7 @@ def test_duplicate_script_ids_name_both_files(campaign: CampaignDir) -> None:
     )
 
 
-def test_unknown_arm_key_lists_the_valid_ones(campaign: CampaignDir) -> None:
+def test_unknown_arm_key_lists_the_valid_ones(campaign: CampaignProject) -> None:
     campaign.arm("demo", "[vllm]\nmax_model_length = 4096\n")
     campaign.simple_scripts("greet")
     assert_usage_error(
@@ -32,14 +32,14 @@ def test_unknown_arm_key_lists_the_valid_ones(campaign: CampaignDir) -> None:
     )
 
 
-def test_unknown_script_key(campaign: CampaignDir) -> None:
+def test_unknown_script_key(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: a\nturn:\n  - user: hi\n")
     assert_usage_error(campaign.run(), "*a.yaml: turn: unknown key; valid keys here: id, *")
 
 
 @pytest.mark.parametrize("branch_from", [1, 2])
-def test_branch_from_must_name_an_earlier_turn(campaign: CampaignDir, branch_from: int) -> None:
+def test_branch_from_must_name_an_earlier_turn(campaign: CampaignProject, branch_from: int) -> None:
     campaign.arm("demo")
     campaign.scripts(
         "a.yaml",
@@ -58,51 +58,51 @@ def test_branch_from_must_name_an_earlier_turn(campaign: CampaignDir, branch_fro
     )
 
 
-def test_empty_turn_list(campaign: CampaignDir) -> None:
+def test_empty_turn_list(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: a\nturns: []\n")
     assert_usage_error(campaign.run(), "*a.yaml: turns: List should have at least 1 item*")
 
 
 @pytest.mark.parametrize("repeats", ["2.5", "'3'", "true"])
-def test_non_integer_repeat(campaign: CampaignDir, repeats: str) -> None:
+def test_non_integer_repeat(campaign: CampaignProject, repeats: str) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", f"id: a\nrepeats: {repeats}\nturns:\n  - user: hi\n")
     assert_usage_error(campaign.run(), "*a.yaml: repeats: Input should be a valid integer*")
 
 
-def test_bad_arm_name(campaign: CampaignDir) -> None:
+def test_bad_arm_name(campaign: CampaignProject) -> None:
     campaign.arm("Qwen_32B")
     campaign.simple_scripts("greet")
     assert_usage_error(campaign.run(), "*Qwen_32B.toml: arm name 'Qwen_32B' (the file stem)*")
 
 
-def test_bad_script_id(campaign: CampaignDir) -> None:
+def test_bad_script_id(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: Plan Trip\nturns:\n  - user: hi\n")
     assert_usage_error(campaign.run(), "*a.yaml: id: String should match pattern*'Plan Trip'")
 
 
-def test_toml_syntax_error_names_its_line(campaign: CampaignDir) -> None:
+def test_toml_syntax_error_names_its_line(campaign: CampaignProject) -> None:
     campaign.arm("demo", "[vllm]\nmax_model_len = \n")
     campaign.simple_scripts("greet")
     assert_usage_error(campaign.run(), "*demo.toml: TOML syntax error: *(at line 2, column*")
 
 
-def test_yaml_syntax_error_names_its_line(campaign: CampaignDir) -> None:
+def test_yaml_syntax_error_names_its_line(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n  - user: [unclosed\n")
     assert_usage_error(campaign.run(), "*a.yaml:5: YAML syntax error: *")
 
 
-def test_jsonl_syntax_error_names_its_line(campaign: CampaignDir) -> None:
+def test_jsonl_syntax_error_names_its_line(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.jsonl", '{"id": "a", "turns": [{"user": "hi"}]}\n{"id": "b",\n')
     assert_usage_error(campaign.run(), "*a.jsonl:2: JSON syntax error: *")
 
 
 @pytest.mark.parametrize("tag", ["skip", "xfail", "parametrize", "usefixtures", "asyncio"])
-def test_tag_with_a_pytest_marker_name_is_refused(campaign: CampaignDir, tag: str) -> None:
+def test_tag_with_a_pytest_marker_name_is_refused(campaign: CampaignProject, tag: str) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", f"id: a\ntags: [smoke, {tag}]\nturns:\n  - user: hi\n")
     assert_usage_error(
@@ -127,14 +127,14 @@ def test_tag_with_a_pytest_marker_name_is_refused(campaign: CampaignDir, tag: st
         ),
     ],
 )
-def test_bad_option(campaign: CampaignDir, option: str, message: str) -> None:
+def test_bad_option(campaign: CampaignProject, option: str, message: str) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     assert_usage_error(campaign.run(option), message)
 
 
 def test_bad_option_from_the_environment_names_the_variable(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
@@ -142,14 +142,14 @@ def test_bad_option_from_the_environment_names_the_variable(
     assert_usage_error(campaign.run(), "*environment variable PYTEST_HAICO_SHARD: invalid shard*")
 
 
-def test_cluster_env_unknown_key(campaign: CampaignDir) -> None:
+def test_cluster_env_unknown_key(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     (campaign.experiments / "cluster.env").write_text("CLUSTER_WORK=/work\nVLLM_VNEV=/x\n")
     assert_usage_error(campaign.run(), "*cluster.env:2: VLLM_VNEV: unknown key; valid keys: *")
 
 
-def test_cluster_env_malformed_line(campaign: CampaignDir) -> None:
+def test_cluster_env_malformed_line(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     (campaign.experiments / "cluster.env").write_text("# site\nCLUSTER_WORK /work\n")
@@ -158,7 +158,7 @@ def test_cluster_env_malformed_line(campaign: CampaignDir) -> None:
     )
 
 
-def test_usage_error_keeps_earlier_results(campaign: CampaignDir) -> None:
+def test_usage_error_keeps_earlier_results(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     assert campaign.run().ret == 0
@@ -168,7 +168,7 @@ def test_usage_error_keeps_earlier_results(campaign: CampaignDir) -> None:
     assert [p.read_bytes() for p in campaign.ledger_files("demo")] == before
 
 
-def test_no_arms_is_a_usage_error_not_an_empty_run(campaign: CampaignDir) -> None:
+def test_no_arms_is_a_usage_error_not_an_empty_run(campaign: CampaignProject) -> None:
     campaign.simple_scripts("greet")
     assert_usage_error(campaign.run(), "*/experiments: no campaign items: add arms/<arm>.toml")
 
@@ -176,11 +176,13 @@ def test_no_arms_is_a_usage_error_not_an_empty_run(campaign: CampaignDir) -> Non
 # -- issue 7: every bad input is refused at start, naming file and field -----------------
 
 
-def assert_nothing_started(campaign: CampaignDir) -> None:
+def assert_nothing_started(campaign: CampaignProject) -> None:
     assert not (campaign.root / "results").exists()
 
 
-def test_empty_tool_call_parser_is_refused_before_anything_starts(campaign: CampaignDir) -> None:
+def test_empty_tool_call_parser_is_refused_before_anything_starts(
+    campaign: CampaignProject,
+) -> None:
     campaign.arm("demo", '[vllm]\ntool_call_parser = ""\n')
     campaign.simple_scripts("greet")
     assert_usage_error(
@@ -191,7 +193,7 @@ def test_empty_tool_call_parser_is_refused_before_anything_starts(campaign: Camp
     assert_nothing_started(campaign)
 
 
-def test_duplicate_yaml_key_names_file_line_and_key(campaign: CampaignDir) -> None:
+def test_duplicate_yaml_key_names_file_line_and_key(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n    user: again\n")
     assert_usage_error(
@@ -201,7 +203,7 @@ def test_duplicate_yaml_key_names_file_line_and_key(campaign: CampaignDir) -> No
     assert_nothing_started(campaign)
 
 
-def test_duplicate_jsonl_key_names_file_line_and_key(campaign: CampaignDir) -> None:
+def test_duplicate_jsonl_key_names_file_line_and_key(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts(
         "a.jsonl",
@@ -229,7 +231,7 @@ description:
 """
 
 
-def test_billion_laughs_yaml_is_refused_at_its_first_anchor(campaign: CampaignDir) -> None:
+def test_billion_laughs_yaml_is_refused_at_its_first_anchor(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("lol.yaml", BILLION_LAUGHS)
     assert_usage_error(
@@ -239,7 +241,7 @@ def test_billion_laughs_yaml_is_refused_at_its_first_anchor(campaign: CampaignDi
     )
 
 
-def test_repeats_above_the_bound_are_refused(campaign: CampaignDir) -> None:
+def test_repeats_above_the_bound_are_refused(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: a\nrepeats: 1001\nturns:\n  - user: hi\n")
     assert_usage_error(
@@ -248,7 +250,7 @@ def test_repeats_above_the_bound_are_refused(campaign: CampaignDir) -> None:
     assert_nothing_started(campaign)
 
 
-def test_absurd_recursion_limit_is_refused(campaign: CampaignDir) -> None:
+def test_absurd_recursion_limit_is_refused(campaign: CampaignProject) -> None:
     campaign.arm("demo", "[agent]\nrecursion_limit = 1000000000000000\n")
     campaign.simple_scripts("greet")
     assert_usage_error(
@@ -258,7 +260,7 @@ def test_absurd_recursion_limit_is_refused(campaign: CampaignDir) -> None:
     )
 
 
-def test_empty_jsonl_file_is_refused(campaign: CampaignDir) -> None:
+def test_empty_jsonl_file_is_refused(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     campaign.scripts("empty.jsonl", "\n\n")
@@ -298,7 +300,7 @@ ITEM_MODULE_LINES = [
 ]
 
 
-def test_experiments_without_a_test_module_say_what_to_write(campaign: CampaignDir) -> None:
+def test_experiments_without_a_test_module_say_what_to_write(campaign: CampaignProject) -> None:
     (campaign.experiments / "test_conversations.py").unlink()
     campaign.arm("demo")
     campaign.simple_scripts("greet")
@@ -313,7 +315,7 @@ def test_experiments_without_a_test_module_say_what_to_write(campaign: CampaignD
 
 
 def test_unit_tests_from_testpaths_get_a_hint_when_the_item_module_is_missing(
-    pytester: pytest.Pytester, campaign: CampaignDir
+    pytester: pytest.Pytester, campaign: CampaignProject
 ) -> None:
     (campaign.experiments / "test_conversations.py").unlink()
     campaign.arm("demo")
@@ -337,7 +339,7 @@ def test_unit_tests_from_testpaths_get_a_hint_when_the_item_module_is_missing(
 
 
 def test_unit_tests_get_no_hint_when_the_item_module_exists(
-    pytester: pytest.Pytester, campaign: CampaignDir
+    pytester: pytest.Pytester, campaign: CampaignProject
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
@@ -348,7 +350,7 @@ def test_unit_tests_get_no_hint_when_the_item_module_exists(
 
 
 def test_cluster_env_with_an_unset_variable_is_refused(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")

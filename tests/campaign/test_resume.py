@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 
-def verdicts(campaign: CampaignDir, arm: str = "demo") -> list[tuple[str, int, str]]:
+def verdicts(campaign: CampaignProject, arm: str = "demo") -> list[tuple[str, int, str]]:
     return [(r["script"], r["attempt"], r["verdict"]) for r in campaign.records(arm)]
 
 
-def test_rerun_deselects_items_whose_newest_record_is_terminal(campaign: CampaignDir) -> None:
+def test_rerun_deselects_items_whose_newest_record_is_terminal(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")
     campaign.scripts("c.yaml", "id: c\nturns:\n  - user: infra down\n")
@@ -37,7 +37,7 @@ def test_rerun_deselects_items_whose_newest_record_is_terminal(campaign: Campaig
 
 
 def test_infra_failures_are_retried_until_max_attempts_then_gave_up(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     campaign.arm("demo")
     campaign.scripts("c.yaml", "id: c\nturns:\n  - user: infra down\n")
@@ -58,12 +58,12 @@ def test_infra_failures_are_retried_until_max_attempts_then_gave_up(
 
 
 def test_an_interrupted_attempt_is_retried_without_counting(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign.arm("demo")
     campaign.scripts("i.yaml", "id: i\nturns:\n  - user: interrupt me\n")
-    campaign.run(subprocess=True)
-    campaign.run(subprocess=True)
+    campaign.run_subprocess()
+    campaign.run_subprocess()
     monkeypatch.setenv("HAICO_TEST_FLIP", "1")
     campaign.run().assert_outcomes(passed=1)
     assert verdicts(campaign) == [
@@ -73,7 +73,7 @@ def test_an_interrupted_attempt_is_retried_without_counting(
     ]
 
 
-def test_no_resume_reruns_everything(campaign: CampaignDir) -> None:
+def test_no_resume_reruns_everything(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")
     campaign.run()
@@ -84,7 +84,7 @@ def test_no_resume_reruns_everything(campaign: CampaignDir) -> None:
 
 
 def test_two_runs_in_one_job_get_their_own_run_and_ledger(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")
@@ -99,7 +99,7 @@ def test_two_runs_in_one_job_get_their_own_run_and_ledger(
 
 
 def test_run_id_of_a_requeued_array_task(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")
@@ -114,7 +114,7 @@ def test_run_id_of_a_requeued_array_task(
     assert [p.name for p in campaign.ledger_files("demo")] == ["70_3r1.1.jsonl"]
 
 
-def test_strict_exit_codes(campaign: CampaignDir) -> None:
+def test_strict_exit_codes(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")
     assert campaign.run().ret == pytest.ExitCode.OK
@@ -124,7 +124,7 @@ def test_strict_exit_codes(campaign: CampaignDir) -> None:
     assert campaign.run("--haico-shard", "2/2").ret == pytest.ExitCode.USAGE_ERROR
 
 
-def test_campaign_exit_codes(campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_campaign_exit_codes(campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")
     campaign.scripts("f.yaml", "id: f\nturns:\n  - user: fail\n")
@@ -139,13 +139,13 @@ def test_campaign_exit_codes(campaign: CampaignDir, monkeypatch: pytest.MonkeyPa
     assert verdicts(campaign)[-2:] == [("x", 1, "infra_error"), ("x", 2, "completed")]
 
 
-def test_campaign_exit_code_of_an_interrupted_run_is_75(campaign: CampaignDir) -> None:
+def test_campaign_exit_code_of_an_interrupted_run_is_75(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("i.yaml", "id: i\nturns:\n  - user: interrupt me\n")
-    assert campaign.run("--haico-exit", "campaign", subprocess=True).ret == 75
+    assert campaign.run_subprocess("--haico-exit", "campaign").ret == 75
 
 
-def test_exit_mode_from_ini(campaign: CampaignDir) -> None:
+def test_exit_mode_from_ini(campaign: CampaignProject) -> None:
     campaign.pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\nhaico_exit = "campaign"\n'
         'asyncio_default_fixture_loop_scope = "function"\n'
@@ -156,7 +156,7 @@ def test_exit_mode_from_ini(campaign: CampaignDir) -> None:
 
 
 def test_a_damaged_ledger_is_read_with_a_warning_and_never_rewritten(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")
@@ -177,7 +177,7 @@ def test_a_damaged_ledger_is_read_with_a_warning_and_never_rewritten(
     assert ledger.read_bytes() == torn
 
 
-def test_the_plugin_can_be_disabled(campaign: CampaignDir) -> None:
+def test_the_plugin_can_be_disabled(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")
     result = campaign.run("-p", "no:haico")

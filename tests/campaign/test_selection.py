@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 NODE = "experiments/test_conversations.py::test_conversation"
 
@@ -20,14 +20,14 @@ def collected(result: pytest.RunResult) -> list[str]:
     ]
 
 
-def test_items_are_arm_script_repeat(campaign: CampaignDir) -> None:
+def test_items_are_arm_script_repeat(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.yaml", "id: plan\nrepeats: 2\nturns:\n  - user: hi\n")
     result = campaign.run("--collect-only", "-q")
     assert collected(result) == ["demo-plan-r0", "demo-plan-r1"]
 
 
-def test_haico_arm_is_exact_while_k_is_a_substring(campaign: CampaignDir) -> None:
+def test_haico_arm_is_exact_while_k_is_a_substring(campaign: CampaignProject) -> None:
     campaign.arm("qwen32b")
     campaign.arm("qwen32b-awq")
     campaign.simple_scripts("greet")
@@ -41,7 +41,7 @@ def test_haico_arm_is_exact_while_k_is_a_substring(campaign: CampaignDir) -> Non
     assert len(two) == 2
 
 
-def test_haico_stratum_selects_exactly(campaign: CampaignDir) -> None:
+def test_haico_stratum_selects_exactly(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b", stratum="short")
     campaign.scripts("c.yaml", "id: c\nstratum: shorter\nturns:\n  - user: hi\n")
@@ -52,7 +52,7 @@ def test_haico_stratum_selects_exactly(campaign: CampaignDir) -> None:
 
 
 def test_limit_per_stratum_keeps_the_first_n_of_each_arm_and_stratum(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     campaign.arm("one")
     campaign.arm("two")
@@ -77,7 +77,7 @@ def test_limit_per_stratum_keeps_the_first_n_of_each_arm_and_stratum(
     ]
 
 
-def test_script_tags_are_markers_and_keywords(campaign: CampaignDir) -> None:
+def test_script_tags_are_markers_and_keywords(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts(
         "a.yaml",
@@ -97,7 +97,7 @@ def test_script_tags_are_markers_and_keywords(campaign: CampaignDir) -> None:
     campaign.run("--markers").stdout.fnmatch_lines(["@pytest.mark.smoke: script tag*"])
 
 
-def test_shards_are_disjoint_exhaustive_and_stable(campaign: CampaignDir) -> None:
+def test_shards_are_disjoint_exhaustive_and_stable(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts(*(f"s{i:02d}" for i in range(30)))
     everything = set(collected(campaign.run("--collect-only", "-q")))
@@ -117,7 +117,7 @@ def test_shards_are_disjoint_exhaustive_and_stable(campaign: CampaignDir) -> Non
 
 
 def test_a_job_array_task_must_give_its_shard(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
@@ -144,7 +144,7 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_items_are_grouped_by_arm_after_reordering(campaign: CampaignDir, seed: int) -> None:
+def test_items_are_grouped_by_arm_after_reordering(campaign: CampaignProject, seed: int) -> None:
     for name in ("alpha", "beta", "gamma"):
         campaign.arm(name)
     campaign.simple_scripts(*(f"s{i}" for i in range(6)))
@@ -155,7 +155,9 @@ def test_items_are_grouped_by_arm_after_reordering(campaign: CampaignDir, seed: 
     assert sorted(groups) == ["alpha", "beta", "gamma"]  # each arm is one contiguous run
 
 
-def test_failed_first_keeps_arms_together(pytester: pytest.Pytester, campaign: CampaignDir) -> None:
+def test_failed_first_keeps_arms_together(
+    pytester: pytest.Pytester, campaign: CampaignProject
+) -> None:
     for name in ("alpha", "beta"):
         campaign.arm(name)
     campaign.simple_scripts("a", "b")
@@ -169,7 +171,7 @@ def test_failed_first_keeps_arms_together(pytester: pytest.Pytester, campaign: C
     assert len(order) == 6 and sorted(groups) == ["alpha", "beta"]
 
 
-def test_xdist_with_haico_items_points_to_concurrency_and_arrays(campaign: CampaignDir) -> None:
+def test_xdist_with_haico_items_points_to_concurrency_and_arrays(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("greet")
     result = campaign.run("-n", "2")
@@ -182,7 +184,7 @@ def test_xdist_with_haico_items_points_to_concurrency_and_arrays(campaign: Campa
     )
 
 
-def test_script_files_are_found_by_suffix_whatever_its_case(campaign: CampaignDir) -> None:
+def test_script_files_are_found_by_suffix_whatever_its_case(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.YAML", "id: a\nturns:\n  - user: hi a\n")
     campaign.scripts("b.yml", "id: b\nturns:\n  - user: hi b\n")
@@ -204,7 +206,7 @@ def test_script_files_are_found_by_suffix_whatever_its_case(campaign: CampaignDi
 
 
 def test_arms_differing_only_outside_item_identity_are_separate_experiments(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     # One served model (the arm name is the served name only when none is given).
     campaign.arm("fast", '[model]\nserved_name = "m"\n[run]\nconcurrency = 8\n')
@@ -219,7 +221,7 @@ def test_arms_differing_only_outside_item_identity_are_separate_experiments(
     assert len(campaign.records("slow")) == 2
 
 
-def test_scripts_with_the_same_turns_are_named_both(campaign: CampaignDir) -> None:
+def test_scripts_with_the_same_turns_are_named_both(campaign: CampaignProject) -> None:
     campaign.arm("one")
     campaign.arm("two")
     campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n")
@@ -236,7 +238,7 @@ def test_scripts_with_the_same_turns_are_named_both(campaign: CampaignDir) -> No
     )
 
 
-def test_a_tag_equal_to_an_arm_name_is_refused(campaign: CampaignDir) -> None:
+def test_a_tag_equal_to_an_arm_name_is_refused(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.arm("other")
     campaign.scripts("a.yaml", "id: a\ntags: [smoke, demo]\nturns:\n  - user: hi\n")
@@ -251,7 +253,7 @@ def test_a_tag_equal_to_an_arm_name_is_refused(campaign: CampaignDir) -> None:
 
 
 def test_k_with_an_arm_name_that_selects_other_arms_points_to_haico_arm(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     campaign.arm("qwen32b")
     campaign.arm("qwen32b-awq")

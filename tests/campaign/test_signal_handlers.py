@@ -1,14 +1,14 @@
-"""The campaign's INT and TERM handlers live for its session only."""
+"""The campaign's INT, USR1 and TERM handlers live for its run only."""
 
 from __future__ import annotations
 
 import signal
 
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 
 def test_an_in_process_campaign_restores_the_signal_handlers_it_replaced(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     campaign.arm("a")
     campaign.simple_scripts("s1")
@@ -19,18 +19,20 @@ import signal
 def pytest_sessionfinish(session):
     # Seen from inside the session: the campaign's handlers are in place.
     with open("seen.txt", "w") as out:
-        out.write(f"{signal.getsignal(signal.SIGINT) is signal.default_int_handler} ")
-        out.write(f"{signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)}")
+        for signum in (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            out.write(f"{getattr(handler, '__module__', None) == 'pytest_haico.campaign.signals'} ")
 """
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a batch shell's background job inherits
     try:
-        before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        signums = (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM)
+        before = {s: signal.getsignal(s) for s in signums}
         result = campaign.run()
-        after = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        after = {s: signal.getsignal(s) for s in signums}
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     result.assert_outcomes(passed=1)
-    assert (campaign.root / "seen.txt").read_text() == "True True"
+    assert (campaign.root / "seen.txt").read_text() == "True True True "
     assert after == before
     assert before[signal.SIGINT] is signal.SIG_IGN

@@ -7,19 +7,9 @@ import os
 import re
 import signal
 from collections import Counter
-from pathlib import Path
 
-import pytest
+from tests.harness import CONVERSATION_MODULE, CampaignProject
 
-from tests.integration.conftest import Project, wait_for
-
-CONVERSATION_TEST = """
-from pytest_haico import Verdict
-
-
-def test_conversation(haico_conversation):
-    assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()
-"""
 PASSED = re.compile(r"test_conversation\[(.+)\] PASSED")
 
 
@@ -29,70 +19,62 @@ def quick_scripts(count: int) -> str:
     )
 
 
-def ledger_lines(project: Project, arm: str) -> list[bytes]:
-    lines: list[bytes] = []
-    for path in (project.arm_dir(arm) / "ledger").glob("*.jsonl"):
-        lines.extend(path.read_bytes().split(b"\n")[:-1])
-    return lines
-
-
 def test_kill_9_keeps_the_records_of_conversations_pytest_had_not_reported(
-    project: Project, tmp_path: Path
+    campaign: CampaignProject,
 ) -> None:
     # The first item is a long conversation, so pytest waits on it while the seven
     # quick ones, in flight beside it, end and are recorded.
-    project.write("arms/demo.toml", "[run]\nconcurrency = 8\n[standin]\nlatency_ms = 150\n")
+    campaign.arm("demo", "[run]\nconcurrency = 8\n[standin]\nlatency_ms = 150\n")
     long_turns = ", ".join(f'{{"user": "step {i} of a long talk"}}' for i in range(30))
-    project.write("scripts/a.jsonl", f'{{"id": "a-long", "turns": [{long_turns}]}}\n')
-    project.write("scripts/b.jsonl", quick_scripts(7))
-    project.write("test_conversations.py", CONVERSATION_TEST)
-    output = tmp_path / "out"
-    process = project.start("-v", output=output)
-    wait_for(
-        lambda: len(ledger_lines(project, "demo")) >= 7,
+    campaign.scripts("a.jsonl", f'{{"id": "a-long", "turns": [{long_turns}]}}\n')
+    campaign.scripts("b.jsonl", quick_scripts(7))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    process = campaign.start("-v")
+    process.wait_for(
+        lambda: len(campaign.ledger_lines("demo")) >= 7,
         timeout=120,
         what="the seven quick conversations to be recorded",
     )
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
 
-    records = [json.loads(line) for line in ledger_lines(project, "demo")]
+    records = [json.loads(line) for line in campaign.ledger_lines("demo")]
     assert sorted(r["script"] for r in records) == [f"quick{i}" for i in range(7)]
-    assert not PASSED.findall(output.read_text()), "pytest was still waiting on the first item"
+    assert not PASSED.findall(process.output()), "pytest was still waiting on the first item"
     assert {r["in_flight_at_start"] for r in records} - {0}, "they ran concurrently"
-    transcripts = project.arm_dir("demo") / "transcripts"
+    transcripts = campaign.arm_dir("demo") / "transcripts"
     for record in records:
         name = f"{record['item_id']}.{record['run_id']}.{record['attempt']}.jsonl"
         assert (transcripts / name).stat().st_size > 0
 
-    rerun = project.run("--haico-exit", "campaign")
-    assert rerun.returncode == 0, rerun.stdout
-    assert "haico: 7 done in ledger, 1 to run (0 retries)" in rerun.stdout
+    rerun = campaign.run_subprocess("--haico-exit", "campaign")
+    assert rerun.ret == 0, rerun.stdout.str()
+    assert "haico: 7 done in ledger, 1 to run (0 retries)" in rerun.stdout.str()
 
 
-def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(project: Project) -> None:
-    project.write(
-        "arms/demo.toml",
+def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(campaign: CampaignProject) -> None:
+    campaign.arm(
+        "demo",
         "[run]\nconcurrency = 2\nturn_timeout_s = 1\n[standin]\npersona = 'hang'\n",
     )
-    project.write("scripts/a.jsonl", quick_scripts(12))
-    project.write("test_conversations.py", CONVERSATION_TEST)
-    result = project.run()
-    assert result.returncode == 75, result.stdout
+    campaign.scripts("a.jsonl", quick_scripts(12))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    result = campaign.run_subprocess()
+    assert result.ret == 75, result.stdout.str()
     assert re.search(
         r"stopped \(exit 75\): circuit breaker: 5 of the last 5 conversations "
         r"failed on infrastructure \(mostly: backend\); the tail of the backend "
         r"log:",
-        result.stdout,
-    ), result.stdout
-    records = project.records("demo")
+        result.stdout.str(),
+    ), result.stdout.str()
+    records = campaign.records("demo")
     # It stops admitting at the fifth failure: only the one other conversation then in
     # flight (concurrency 2) may still end and be recorded.
     assert 5 <= len(records) <= 5 + 1
     assert {r["verdict"] for r in records} <= {"infra_error", "interrupted"}
     # The summary counts this run's records; pytest reported the items it reached.
-    errors = re.search(r"(\d+) errors? in ", result.stdout)
-    assert errors is not None, result.stdout
+    errors = re.search(r"(\d+) errors? in ", result.stdout.str())
+    assert errors is not None, result.stdout.str()
     unreported = len(records) - int(errors.group(1))
     verdicts = Counter(r["verdict"] for r in records)
     counts = ", ".join(f"{verdicts[v]} {v}" for v in ("infra_error", "interrupted") if verdicts[v])
@@ -102,13 +84,13 @@ def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(project: Project) ->
             f"  {unreported} of them are not in pytest's counts: the session stopped before "
             "they were reported"
         )
-    pytest.LineMatcher(result.stdout.splitlines()).fnmatch_lines(lines)
+    result.stdout.fnmatch_lines(lines)
 
 
-def test_haico_concurrency_overrides_the_arm(project: Project) -> None:
-    project.write("arms/demo.toml", "[run]\nconcurrency = 8\n[standin]\nlatency_ms = 100\n")
-    project.write("scripts/a.jsonl", quick_scripts(6))
-    project.write("test_conversations.py", CONVERSATION_TEST)
-    result = project.run("--haico-concurrency", "2")
-    assert result.returncode == 0, result.stdout
-    assert {r["in_flight_at_start"] for r in project.records("demo")} == {0, 1}
+def test_haico_concurrency_overrides_the_arm(campaign: CampaignProject) -> None:
+    campaign.arm("demo", "[run]\nconcurrency = 8\n[standin]\nlatency_ms = 100\n")
+    campaign.scripts("a.jsonl", quick_scripts(6))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    result = campaign.run_subprocess("--haico-concurrency", "2")
+    assert result.ret == 0, result.stdout.str()
+    assert {r["in_flight_at_start"] for r in campaign.records("demo")} == {0, 1}

@@ -8,7 +8,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,6 +21,7 @@ from pytest_haico.driver.snapshots import VLLM_PROVIDER, PostgresSnapshotReader
 from pytest_haico.ledger.verdicts import Outcome, Verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.stack.profiles import Stack, build_local_stack
+from tests.polling import wait_for_async
 
 SERVED_NAME = "live"
 TURN_TIMEOUT_S = 30.0
@@ -100,14 +101,6 @@ async def _converse(
             )
     finally:
         await reader.aclose()
-
-
-async def _eventually(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def _transcript_kinds(path: Path) -> list[str]:
@@ -195,7 +188,7 @@ async def test_a_killed_model_server_is_an_infra_error_while_the_backend_stays_u
     assert llm.pid is not None
 
     os.kill(llm.pid, signal.SIGKILL)
-    await _eventually(lambda: llm.exit_status() is not None, timeout=10, what="the LLM to die")
+    await wait_for_async(lambda: llm.exit_status() is not None, timeout=10, what="the LLM to die")
     after = await _converse(breakable_stack, tmp_path / "after.jsonl")
 
     assert llm.exit_status() == -signal.SIGKILL
@@ -217,7 +210,7 @@ async def test_a_backend_killed_mid_stream_is_a_broken_stream_before_the_turn_ti
     transcript = tmp_path / "cut.jsonl"
     conversation = asyncio.create_task(_converse(hanging_stack, transcript))
     try:
-        await _eventually(
+        await wait_for_async(
             lambda: _transcript_kinds(transcript) == ["request", "response"],
             timeout=15,
             what="the turn's response headers",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Project, is_alive, wait_for
+from tests.harness import CONVERSATION_MODULE, CampaignProject
+from tests.polling import is_alive, wait_for
 
 HAND_WRITTEN = """
 import json
@@ -81,22 +82,23 @@ def port_is_free(port: int) -> bool:
 
 
 def test_stack_starts_once_stops_once_despite_failures(
-    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project.write("arms/demo.toml", "")
-    project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
-    project.write("test_stack.py", HAND_WRITTEN)
+    campaign.arm("demo")
+    campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n")
+    (campaign.experiments / "test_conversations.py").unlink()
+    campaign.write("test_stack.py", HAND_WRITTEN)
     seen = tmp_path / "seen.jsonl"
     monkeypatch.setenv("HAICO_TEST_SEEN", str(seen))
-    result = project.run("experiments/test_stack.py", "-rA")
-    assert "1 failed, 3 passed, 1 error" in result.stdout, result.stdout
+    result = campaign.run_subprocess("experiments/test_stack.py", "-rA")
+    assert "1 failed, 3 passed, 1 error" in result.stdout.str(), result.stdout.str()
     notes = [json.loads(line) for line in seen.read_text().splitlines()]
     assert len(notes) == 3 and all(note == notes[0] for note in notes)  # one stack, reused
     for pid in notes[0]["pids"].values():
         wait_for(partial(_exited, pid), timeout=15, what=f"pid {pid} to exit")
     for port in notes[0]["ports"].values():
         wait_for(partial(port_is_free, port), timeout=15, what=f"port {port} free")
-    logs = next((project.arm_dir("demo") / "runs").iterdir()) / "logs"
+    logs = next((campaign.arm_dir("demo") / "runs").iterdir()) / "logs"
     postgres_log = (logs / "postgres.log").read_text()
     assert postgres_log.count("database system is ready to accept connections") == 1
     assert postgres_log.count("database system is shut down") == 1
@@ -117,15 +119,16 @@ def test_blocks(haico_stack):
 
 
 def test_ctrl_c_stops_every_service(
-    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project.write("arms/demo.toml", "")
-    project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
-    project.write("test_block.py", BLOCKING)
+    campaign.arm("demo")
+    campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n")
+    (campaign.experiments / "test_conversations.py").unlink()
+    campaign.write("test_block.py", BLOCKING)
     seen = tmp_path / "seen.json"
     monkeypatch.setenv("HAICO_TEST_SEEN", str(seen))
-    process = project.start("experiments/test_block.py", output=tmp_path / "out")
-    wait_for(seen.exists, timeout=120, what="the stack to come up")
+    process = campaign.start("experiments/test_block.py")
+    process.wait_for(seen.exists, timeout=120, what="the stack to come up")
     state = json.loads(seen.read_text())
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 2
@@ -154,32 +157,24 @@ def _broken(*args, **kwargs):
 arm_session.build_local_stack = _broken
 """
 
-CONVERSATION_TEST = """
-from pytest_haico import Verdict
-
-
-def test_conversation(haico_conversation):
-    assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()
-"""
-
 
 def test_a_failed_start_exits_78_with_the_log_tail_and_writes_no_record(
-    project: Project,
+    campaign: CampaignProject,
 ) -> None:
-    project.write("arms/demo.toml", "")
-    project.write(
-        "scripts/a.jsonl",
+    campaign.arm("demo")
+    campaign.scripts(
+        "a.jsonl",
         "".join(f'{{"id": "s{i}", "turns": [{{"user": "hello {i}"}}]}}\n' for i in range(3)),
     )
-    project.write("test_conversations.py", CONVERSATION_TEST)
-    project.write("conftest.py", BROKEN_BACKEND)
-    result = project.run("--haico-exit", "campaign")
-    assert result.returncode == 78, result.stdout + result.stderr
-    assert "the stack of arm demo did not start" in result.stdout
-    assert "backend: cannot read its configuration" in result.stdout
-    assert project.records("demo") == []
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    campaign.write("conftest.py", BROKEN_BACKEND)
+    result = campaign.run_subprocess("--haico-exit", "campaign")
+    assert result.ret == 78, result.stdout.str() + result.stderr.str()
+    assert "the stack of arm demo did not start" in result.stdout.str()
+    assert "backend: cannot read its configuration" in result.stdout.str()
+    assert campaign.records("demo") == []
     services = json.loads(
-        (next((project.arm_dir("demo") / "runs").iterdir()) / "services.json").read_text()
+        (next((campaign.arm_dir("demo") / "runs").iterdir()) / "services.json").read_text()
     )
     assert all(not is_alive(s["pid"]) for s in services["services"] if s["pid"])
 
@@ -198,14 +193,14 @@ def test_after_the_campaign_items(haico_stack):
 """
 
 
-def test_a_test_after_the_arms_last_item_gets_a_running_stack(project: Project) -> None:
-    project.write("arms/demo.toml", "")
-    project.write("scripts/a.yaml", "id: a\nturns:\n  - user: hi\n")
-    project.write("test_conversations.py", CONVERSATION_TEST)
-    project.write("test_zz_after.py", AFTER_THE_ITEMS)
-    result = project.run("-v")
-    assert result.returncode == 0, result.stdout
-    assert "test_after_the_campaign_items PASSED" in result.stdout
+def test_a_test_after_the_arms_last_item_gets_a_running_stack(campaign: CampaignProject) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.yaml", "id: a\nturns:\n  - user: hi\n")
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    campaign.write("test_zz_after.py", AFTER_THE_ITEMS)
+    result = campaign.run_subprocess("-v")
+    assert result.ret == 0, result.stdout.str()
+    assert "test_after_the_campaign_items PASSED" in result.stdout.str()
 
 
 def _exited(pid: int) -> bool:

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import textwrap
-from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-TEST_MODULE = """
-from pytest_haico import Verdict
+from tests.harness import CONVERSATION_MODULE, CampaignProject
 
-
-def test_conversation(haico_conversation):
-    assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()
-"""
+Records = dict[str, dict[str, dict[str, Any]]]
 
 SCRIPTS = """
 - id: chat
@@ -52,56 +47,60 @@ ARMS = {
 }
 
 
+@dataclass
+class VerdictRun:
+    """The one run of the whole multi-arm campaign, and the records it left."""
+
+    result: pytest.RunResult
+    records: Records  # arm -> script -> its ledger record
+    results: Path  # results/default
+
+
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict[str, Any]]]:
-    """Run the whole multi-arm campaign once; arm -> script -> its ledger record."""
-    import subprocess
-    import sys
-
-    root = tmp_path_factory.mktemp("verdicts")
-    (root / "pyproject.toml").write_text(
-        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
-    )
-    experiments = root / "experiments"
-    (experiments / "arms").mkdir(parents=True)
-    (experiments / "scripts").mkdir()
-    (experiments / "test_conversations.py").write_text(TEST_MODULE)
-    (experiments / "scripts" / "cases.yaml").write_text(textwrap.dedent(SCRIPTS))
-    for name, text in ARMS.items():
-        (experiments / "arms" / f"{name}.toml").write_text(text)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "experiments", "-p", "no:cacheprovider", "-q"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 1, result.stdout + result.stderr  # some items fail, by design
-    records: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for ledger in (root / "results" / "default").glob("*/ledger/*.jsonl"):
-        for line in ledger.read_text().splitlines():
-            record = json.loads(line)
-            records[record["arm"]][record["script"]] = record
-    records["_root"] = {"path": {"root": str(root)}}
-    return records
+def _verdict_runs() -> list[VerdictRun]:
+    """Holds the campaign's one run, made by the first test that asks for it."""
+    return []
 
 
-def verdicts(campaign: dict[str, dict[str, dict[str, Any]]], arm: str) -> dict[str, str]:
-    return {script: record["verdict"] for script, record in campaign[arm].items()}
+@pytest.fixture
+def verdict_run(_verdict_runs: list[VerdictRun], campaign: CampaignProject) -> VerdictRun:
+    """Run the whole multi-arm campaign once per module (in the first test's project)."""
+    if not _verdict_runs:
+        campaign.write("test_conversations.py", CONVERSATION_MODULE)
+        campaign.scripts("cases.yaml", SCRIPTS)
+        for name, text in ARMS.items():
+            campaign.arm(name, text)
+        result = campaign.run_subprocess("-q", timeout=600)
+        records = {arm: {r["script"]: r for r in campaign.records(arm)} for arm in ARMS}
+        _verdict_runs.append(VerdictRun(result, records, campaign.root / "results" / "default"))
+    (run,) = _verdict_runs
+    # Some items fail, by design.
+    assert run.result.ret == 1, run.result.stdout.str() + run.result.stderr.str()
+    return run
 
 
-def test_helpful_completes_and_misses_an_unmet_artifact(campaign: Any) -> None:
-    assert verdicts(campaign, "helpful") == {
+@pytest.fixture
+def records(verdict_run: VerdictRun) -> Records:
+    """arm -> script -> its ledger record, from the campaign's one run."""
+    return verdict_run.records
+
+
+def verdicts(records: Records, arm: str) -> dict[str, str]:
+    return {script: record["verdict"] for script, record in records[arm].items()}
+
+
+def test_helpful_completes_and_misses_an_unmet_artifact(records: Records) -> None:
+    assert verdicts(records, "helpful") == {
         "chat": "completed",
         "doc": "completed",
         "nodoc": "expectation_failed",
     }
-    assert campaign["helpful"]["chat"]["outcome"] == "passed"
-    assert campaign["helpful"]["nodoc"]["outcome"] == "failed"
+    assert records["helpful"]["chat"]["outcome"] == "passed"
+    assert records["helpful"]["nodoc"]["outcome"] == "failed"
 
 
-def test_per_turn_metrics_are_recorded(campaign: Any) -> None:
-    turns = campaign["helpful"]["doc"]["turns"]
+def test_per_turn_metrics_are_recorded(records: Records) -> None:
+    turns = records["helpful"]["doc"]["turns"]
     assert [t["index"] for t in turns] == [0, 1, 2]
     for turn in turns:
         assert turn["latency_s"] > 0 and turn["first_event_s"] > 0
@@ -111,16 +110,13 @@ def test_per_turn_metrics_are_recorded(campaign: Any) -> None:
     assert turns[1]["tool_calls"] >= 1 and turns[1]["tool_errors"] == 0
 
 
-def test_a_branch_turn_forks_the_thread(campaign: Any) -> None:
-    record = campaign["helpful"]["doc"]
+def test_a_branch_turn_forks_the_thread(verdict_run: VerdictRun) -> None:
+    record = verdict_run.records["helpful"]["doc"]
     turns = record["turns"]
     assert turns[2]["branch_from"] == 0
     assert turns[2]["thread_id"] != turns[0]["thread_id"] == turns[1]["thread_id"]
-    root = Path(campaign["_root"]["path"]["root"])
     transcript = (
-        root
-        / "results"
-        / "default"
+        verdict_run.results
         / "helpful"
         / "transcripts"
         / (f"{record['item_id']}.{record['run_id']}.{record['attempt']}.jsonl")
@@ -135,43 +131,43 @@ def test_a_branch_turn_forks_the_thread(campaign: Any) -> None:
 
 
 @pytest.mark.parametrize("arm", ["looper6", "looper7", "looper6-noflag"])
-def test_a_looping_model_ends_on_the_recursion_limit(campaign: Any, arm: str) -> None:
-    assert set(verdicts(campaign, arm).values()) == {"recursion_limit"}
-    assert {r["outcome"] for r in campaign[arm].values()} == {"failed"}
+def test_a_looping_model_ends_on_the_recursion_limit(records: Records, arm: str) -> None:
+    assert set(verdicts(records, arm).values()) == {"recursion_limit"}
+    assert {r["outcome"] for r in records[arm].values()} == {"failed"}
 
 
-def test_bad_tool_arguments_loop_into_the_recursion_limit(campaign: Any) -> None:
-    assert set(verdicts(campaign, "bad_args").values()) == {"recursion_limit"}
+def test_bad_tool_arguments_loop_into_the_recursion_limit(records: Records) -> None:
+    assert set(verdicts(records, "bad_args").values()) == {"recursion_limit"}
     assert all(
         any(t["tool_errors"] > 0 for t in record["turns"])
-        for record in campaign["bad_args"].values()
+        for record in records["bad_args"].values()
     )
 
 
-def test_blank_answers_are_blank_turns(campaign: Any) -> None:
-    assert set(verdicts(campaign, "blank").values()) == {"blank_turn"}
+def test_blank_answers_are_blank_turns(records: Records) -> None:
+    assert set(verdicts(records, "blank").values()) == {"blank_turn"}
 
 
-def test_another_model_serving_the_turns_is_substituted(campaign: Any) -> None:
-    assert set(verdicts(campaign, "substituted").values()) == {"substituted"}
-    assert campaign["substituted"]["chat"]["turns"][0]["model_id"] == "gpt-4o"
+def test_another_model_serving_the_turns_is_substituted(records: Records) -> None:
+    assert set(verdicts(records, "substituted").values()) == {"substituted"}
+    assert records["substituted"]["chat"]["turns"][0]["model_id"] == "gpt-4o"
 
 
-def test_a_flaky_model_server_is_an_infra_error(campaign: Any) -> None:
-    found = verdicts(campaign, "flaky")
+def test_a_flaky_model_server_is_an_infra_error(records: Records) -> None:
+    found = verdicts(records, "flaky")
     assert "infra_error" in found.values()
     assert set(found.values()) <= {"infra_error", "completed", "expectation_failed"}
-    failed = next(r for r in campaign["flaky"].values() if r["verdict"] == "infra_error")
+    failed = next(r for r in records["flaky"].values() if r["verdict"] == "infra_error")
     assert failed["outcome"] == "error" and failed["error"]["kind"].startswith("backend_")
 
 
-def test_a_hanging_model_times_out_as_an_infra_error(campaign: Any) -> None:
-    assert set(verdicts(campaign, "hang").values()) == {"infra_error"}
-    assert {r["error"]["kind"] for r in campaign["hang"].values()} == {"timeout"}
+def test_a_hanging_model_times_out_as_an_infra_error(records: Records) -> None:
+    assert set(verdicts(records, "hang").values()) == {"infra_error"}
+    assert {r["error"]["kind"] for r in records["hang"].values()} == {"timeout"}
 
 
-def test_429_is_rate_limited(campaign: Any) -> None:
-    found = verdicts(campaign, "ratelimited")
+def test_429_is_rate_limited(records: Records) -> None:
+    found = verdicts(records, "ratelimited")
     assert "rate_limited" in found.values()
-    limited = next(r for r in campaign["ratelimited"].values() if r["verdict"] == "rate_limited")
+    limited = next(r for r in records["ratelimited"].values() if r["verdict"] == "rate_limited")
     assert limited["outcome"] == "error"

@@ -1,5 +1,5 @@
 """Real file systems for the ledger's failure tests (a tiny tmpfs: full, or read-only), and
-the campaign fixtures of tests/campaign."""
+the environment of tests/campaign (outside Slurm)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.campaign.conftest import _outside_slurm, campaign  # noqa: F401 - fixtures
+from tests.campaign.conftest import _outside_slurm  # noqa: F401 - an autouse fixture
 
 Mount = Callable[..., Path]
 

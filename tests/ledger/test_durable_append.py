@@ -12,8 +12,8 @@ import pytest
 
 from pytest_haico.errors import LedgerWriteError
 from pytest_haico.ledger.jsonl import LedgerWriter, iter_ledger
-from tests.campaign.conftest import CampaignDir
 from tests.campaign.test_ledger import make_record
+from tests.harness import CampaignProject
 from tests.ledger.conftest import Mount, fill
 
 ENOSPC = "[[]Errno 28[]] No space left on device"
@@ -84,7 +84,7 @@ def test_a_full_file_system_tears_a_line_and_the_next_record_starts_on_a_fresh_o
 
 
 def test_a_full_ledger_file_system_stops_the_campaign_with_75_and_records_nothing_false(
-    campaign: CampaignDir, tmpfs: Mount
+    campaign: CampaignProject, tmpfs: Mount
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b", "c")

@@ -3,7 +3,7 @@ hook records (a test body's exception) never carry a credential into the ledger.
 
 from __future__ import annotations
 
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 RAISING_TEST = """
 from pytest_haico import InfraError
@@ -14,7 +14,7 @@ def test_conversation(haico_item):
 """
 
 
-def run_raising(campaign: CampaignDir, message: str) -> str:
+def run_raising(campaign: CampaignProject, message: str) -> str:
     campaign.arm("demo")
     campaign.scripts("a.yaml", f"id: a\nturns:\n  - user: '{message}'\n")
     (campaign.experiments / "test_conversations.py").write_text(RAISING_TEST)
@@ -24,7 +24,7 @@ def run_raising(campaign: CampaignDir, message: str) -> str:
     return str(record["error"]["message"])
 
 
-def test_credentials_in_an_error_message_are_redacted(campaign: CampaignDir) -> None:
+def test_credentials_in_an_error_message_are_redacted(campaign: CampaignProject) -> None:
     message = run_raising(
         campaign,
         "connect to postgresql://haico:s3cr3t-pw@127.0.0.1:5432/db failed; "
@@ -36,7 +36,7 @@ def test_credentials_in_an_error_message_are_redacted(campaign: CampaignDir) -> 
     )
 
 
-def test_a_long_message_is_redacted_before_it_is_cut(campaign: CampaignDir) -> None:
+def test_a_long_message_is_redacted_before_it_is_cut(campaign: CampaignProject) -> None:
     # The cut at 2000 characters falls inside the password: cut first, the rest of the
     # DSN no longer looks like one, and the password's start would be written.
     padding = "x" * (2000 - len("postgresql://u:") - 5)

@@ -13,7 +13,7 @@ import pytest
 from pytest_haico.driver.transcripts import TranscriptWriter
 from pytest_haico.ledger.files import dir_mode, make_dirs
 from pytest_haico.redact import Redactor
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def modes(root: Path) -> dict[str, set[str]]:
     return found
 
 
-def run_campaign(campaign: CampaignDir, *args: str) -> Path:
+def run_campaign(campaign: CampaignProject, *args: str) -> Path:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")
     assert campaign.run(*args).ret == 0
@@ -46,14 +46,14 @@ def run_campaign(campaign: CampaignDir, *args: str) -> Path:
 
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o000], ids=oct)
 @pytest.mark.usefixtures("umask")
-def test_results_are_0640_and_0750_whatever_the_umask(campaign: CampaignDir, mask: int) -> None:
+def test_results_are_0640_and_0750_whatever_the_umask(campaign: CampaignProject, mask: int) -> None:
     os.umask(mask)
     results = run_campaign(campaign)
     assert modes(results) == {"files": {"0o640"}, "dirs": {"0o750"}}
 
 
 @pytest.mark.usefixtures("umask")
-def test_results_mode_option_sets_files_and_directories(campaign: CampaignDir) -> None:
+def test_results_mode_option_sets_files_and_directories(campaign: CampaignProject) -> None:
     os.umask(0o077)
     results = run_campaign(campaign, "--haico-results-mode", "0644")
     assert modes(results) == {"files": {"0o644"}, "dirs": {"0o755"}}
@@ -61,7 +61,7 @@ def test_results_mode_option_sets_files_and_directories(campaign: CampaignDir) -
 
 @pytest.mark.usefixtures("umask")
 def test_results_mode_from_env_and_ini(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     os.umask(0o022)
     campaign.pytester.makepyprojecttoml(
@@ -87,7 +87,7 @@ def test_results_mode_from_env_and_ini(
     ],
 )
 def test_a_results_mode_others_could_write_or_the_owner_cannot_use_is_refused(
-    campaign: CampaignDir, value: str, problem: str
+    campaign: CampaignProject, value: str, problem: str
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")

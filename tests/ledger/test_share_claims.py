@@ -8,8 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from pytest_haico.ledger.claims import (
     claim_share,
     process_start_time,
 )
-from tests.campaign.conftest import CampaignDir
+from tests.harness import BackgroundRun, CampaignProject
 
 # Each item waits until the gate file exists, so the first run holds its claim for as
 # long as the test needs.
@@ -44,67 +42,42 @@ HOST = socket.gethostname()
 SHARE = "arm demo, shard 0/1, stratum default"
 
 
-def gated_campaign(campaign: CampaignDir) -> None:
+def gated_campaign(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b", "c")
-    (campaign.experiments / "test_conversations.py").write_text(GATED_TEST)
+    campaign.write("test_conversations.py", GATED_TEST)
 
 
-COMMAND = [sys.executable, "-m", "pytest", "experiments", "-p", "no:cacheprovider"]
+def gate_env(job_id: str, gate: Path) -> dict[str, str]:
+    return {"SLURM_JOB_ID": job_id, "HAICO_TEST_GATE": str(gate)}
 
 
-def environ(job_id: str, gate: Path | None = None) -> dict[str, str]:
-    env = {**os.environ, "SLURM_JOB_ID": job_id}
-    env.pop("HAICO_TEST_GATE", None)
-    if gate is not None:
-        env["HAICO_TEST_GATE"] = str(gate)
-    return env
-
-
-def wait_for_first_item(gate: Path, process: subprocess.Popen[bytes], output: Path) -> None:
+def wait_for_first_item(run: BackgroundRun, gate: Path) -> None:
     started = gate.with_name(gate.name + ".started")
-    deadline = time.monotonic() + 60
-    while not started.exists():
-        assert process.poll() is None, output.read_text()
-        assert time.monotonic() < deadline, "the first run never started its first item"
-        time.sleep(0.02)
+    run.wait_for(started.exists, timeout=60, what="the first run to start its first item")
 
 
-def claim_path(campaign: CampaignDir) -> Path:
-    return campaign.root / "results" / "default" / "demo" / "claims" / "shard-0of1.default.json"
+def claim_path(campaign: CampaignProject) -> Path:
+    return campaign.arm_dir("demo") / "claims" / "shard-0of1.default.json"
 
 
 def test_a_second_run_of_the_same_share_is_refused_naming_the_first(
-    campaign: CampaignDir, tmp_path: Path
+    campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gated_campaign(campaign)
     gate = tmp_path / "gate"
-    output = tmp_path / "first.out"
-    with open(output, "wb") as out:
-        first = subprocess.Popen(
-            COMMAND,
-            cwd=campaign.root,
-            env=environ("1001", gate),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    first = campaign.start(env=gate_env("1001", gate))
     try:
-        wait_for_first_item(gate, first, output)
-        second = subprocess.run(
-            COMMAND,
-            cwd=campaign.root,
-            env=environ("1002"),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        wait_for_first_item(first, gate)
+        monkeypatch.setenv("SLURM_JOB_ID", "1002")
+        second = campaign.run()
     finally:
         gate.touch()
         first.wait(timeout=120)
-    assert first.returncode == 0, output.read_text()
+    assert first.process.returncode == 0, first.output()
 
-    assert second.returncode == pytest.ExitCode.USAGE_ERROR, second.stdout + second.stderr
-    pytest.LineMatcher(second.stderr.splitlines()).fnmatch_lines(
+    assert second.ret == pytest.ExitCode.USAGE_ERROR, second.stdout.str() + second.stderr.str()
+    second.stderr.fnmatch_lines(
         [
             f"ERROR: haico: {SHARE} is being run by run 1001.1 (host {HOST}, pid {first.pid}, "
             "Slurm job 1001, since 20*Z); a second run would run its items again. Let that run "
@@ -113,36 +86,27 @@ def test_a_second_run_of_the_same_share_is_refused_naming_the_first(
         ]
     )
     assert [r["run_id"] for r in campaign.records("demo")] == ["1001.1"] * 3
-    runs = campaign.root / "results" / "default" / "demo" / "runs"
+    runs = campaign.arm_dir("demo") / "runs"
     assert sorted(p.name for p in runs.iterdir()) == ["1001.1"], "the refused run left a run"
     assert not claim_path(campaign).exists(), "the first run kept its claim after it ended"
 
 
 def test_the_claim_of_a_run_killed_with_kill_9_is_taken_over(
-    campaign: CampaignDir, tmp_path: Path
+    campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gated_campaign(campaign)
-    output = tmp_path / "first.out"
     gate = tmp_path / "never"
-    with open(output, "wb") as out:
-        first = subprocess.Popen(
-            COMMAND,
-            cwd=campaign.root,
-            env=environ("2001", gate),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    first = campaign.start(env=gate_env("2001", gate))
     try:
-        wait_for_first_item(gate, first, output)
+        wait_for_first_item(first, gate)
     finally:
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     assert json.loads(claim_path(campaign).read_text())["pid"] == first.pid
 
-    second = subprocess.run(
-        COMMAND, cwd=campaign.root, env=environ("2002"), capture_output=True, text=True, timeout=120
-    )
-    assert second.returncode == 0, second.stdout + second.stderr
+    monkeypatch.setenv("SLURM_JOB_ID", "2002")
+    second = campaign.run()
+    assert second.ret == 0, second.stdout.str() + second.stderr.str()
     assert [r["run_id"] for r in campaign.records("demo")] == ["2002.1"] * 3
 
 

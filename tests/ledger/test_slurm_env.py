@@ -6,7 +6,7 @@ import pytest
 
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ConfigError
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")
 
@@ -21,7 +21,7 @@ VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM
     ],
 )
 def test_a_malformed_slurm_variable_is_a_usage_error_before_anything_is_written(
-    campaign: CampaignDir, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")

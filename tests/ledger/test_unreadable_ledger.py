@@ -17,16 +17,16 @@ import pytest
 from pytest_haico.errors import ResultsError
 from pytest_haico.ledger import jsonl
 from pytest_haico.ledger.jsonl import iter_ledger_dir
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 
 RESUME = "resume needs every ledger of the arm, or it would run finished items again"
 
 
-def ledger_dir(campaign: CampaignDir) -> Path:
+def ledger_dir(campaign: CampaignProject) -> Path:
     return campaign.root / "results" / "default" / "demo" / "ledger"
 
 
-def finished_campaign(campaign: CampaignDir) -> Path:
+def finished_campaign(campaign: CampaignProject) -> Path:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")
     assert campaign.run().ret == 0
@@ -34,7 +34,7 @@ def finished_campaign(campaign: CampaignDir) -> Path:
 
 
 def assert_refused_before_anything_ran(
-    result: pytest.RunResult, campaign: CampaignDir, stray: Path
+    result: pytest.RunResult, campaign: CampaignProject, stray: Path
 ) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.assert_outcomes()
@@ -44,7 +44,7 @@ def assert_refused_before_anything_ran(
     assert list((stray.parent.parent / "claims").iterdir()) == [], "a claim outlived the run"
 
 
-def test_a_directory_named_like_a_ledger_is_refused(campaign: CampaignDir) -> None:
+def test_a_directory_named_like_a_ledger_is_refused(campaign: CampaignProject) -> None:
     ledgers = finished_campaign(campaign)
     (ledgers / "stray.jsonl").mkdir()
     result = campaign.run()
@@ -58,14 +58,12 @@ def test_a_directory_named_like_a_ledger_is_refused(campaign: CampaignDir) -> No
 
 
 def test_a_fifo_named_like_a_ledger_is_refused_instead_of_blocking(
-    campaign: CampaignDir,
+    campaign: CampaignProject,
 ) -> None:
     ledgers = finished_campaign(campaign)
     os.mkfifo(ledgers / "pipe.jsonl")
     # A subprocess with a timeout: reading the FIFO used to block for ever.
-    result = campaign.pytester.runpytest_subprocess(
-        "experiments", "-p", "no:cacheprovider", timeout=60
-    )
+    result = campaign.run_subprocess(timeout=60)
     result.stderr.fnmatch_lines(
         [
             f"ERROR: haico: cannot read the ledger {ledgers}/pipe.jsonl: it is a FIFO, not a "
@@ -77,7 +75,7 @@ def test_a_fifo_named_like_a_ledger_is_refused_instead_of_blocking(
 
 @pytest.mark.parametrize("resume", [True, False], ids=["resume", "no-resume"])
 def test_a_ledger_directory_replaced_by_a_file_is_refused(
-    campaign: CampaignDir, resume: bool
+    campaign: CampaignProject, resume: bool
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts(*(f"s{i}" for i in range(11)))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.campaign.conftest import CampaignDir
+from tests.harness import CampaignProject
 from tests.ledger.conftest import Mount, fill
 
 FIX = (
@@ -21,7 +21,7 @@ def files_under(root: Path) -> list[Path]:
 
 
 def test_a_read_only_results_file_system_is_a_usage_error(
-    campaign: CampaignDir, tmpfs: Mount
+    campaign: CampaignProject, tmpfs: Mount
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")
@@ -39,7 +39,7 @@ def test_a_read_only_results_file_system_is_a_usage_error(
 
 
 def test_a_full_results_file_system_is_a_usage_error_and_leaves_no_claim_json(
-    campaign: CampaignDir, tmpfs: Mount
+    campaign: CampaignProject, tmpfs: Mount
 ) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a", "b")

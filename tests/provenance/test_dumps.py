@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import psycopg
@@ -12,6 +11,7 @@ import pytest
 from pytest_haico.errors import DumpError
 from pytest_haico.provenance.dumps import DatabaseDumps
 from pytest_haico.stack import Orchestrator, PostgresService
+from tests.polling import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +54,7 @@ def test_periodic_dumps_keep_only_the_newest_of_this_run(
     earlier.write_bytes(b"an earlier run's dump")
     dumps = DatabaseDumps(seeded, dumps_dir, interval_s=0.05)
     dumps.start_periodic()
-    deadline = time.monotonic() + 60
-    while len(dumps.written) < 3:
-        assert time.monotonic() < deadline, "fewer than 3 periodic dumps in 60 s"
-        time.sleep(0.05)
+    wait_for(lambda: len(dumps.written) >= 3, timeout=60, what="3 periodic dumps")
     dumps.stop_periodic()
     final = dumps.dump("final")
     ours = sorted(p for p in dumps_dir.iterdir() if p != earlier)

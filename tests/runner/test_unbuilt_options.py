@@ -17,7 +17,7 @@ EXPERIMENTS = {
 
 
 @pytest.fixture
-def campaign(pytester: pytest.Pytester) -> pytest.Pytester:
+def experiments(pytester: pytest.Pytester) -> pytest.Pytester:
     for path, text in EXPERIMENTS.items():
         target = pytester.path / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -39,8 +39,10 @@ UNBUILT = {
 
 
 @pytest.mark.parametrize("arg", sorted(UNBUILT))
-def test_unbuilt_options_are_refused_at_configure_time(campaign: pytest.Pytester, arg: str) -> None:
-    result = campaign.runpytest(arg)
+def test_unbuilt_options_are_refused_at_configure_time(
+    experiments: pytest.Pytester, arg: str
+) -> None:
+    result = experiments.runpytest(arg)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -59,25 +61,25 @@ def test_unbuilt_options_are_refused_at_configure_time(campaign: pytest.Pytester
     ids=["options", "environment"],
 )
 def test_drain_timeout_and_dump_interval_are_accepted(
-    campaign: pytest.Pytester,
+    experiments: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
     args: list[str],
     env: dict[str, str],
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    result = campaign.runpytest("--collect-only", *args)
+    result = experiments.runpytest("--collect-only", *args)
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 
-def test_the_help_promises_no_unbuilt_machinery(campaign: pytest.Pytester) -> None:
+def test_the_help_promises_no_unbuilt_machinery(experiments: pytest.Pytester) -> None:
     unbuilt = {"gates_only", "backend_image", "backend_cmd", "model_endpoint", "attach"}
     for option in OPTIONS:
         if option.noun in unbuilt:
             assert option.help == "not available in this version", option
         else:
             assert not re.search(r"\bgates?\b", option.help, re.IGNORECASE), option
-    result = campaign.runpytest("--help")
+    result = experiments.runpytest("--help")
     result.stdout.fnmatch_lines(
         [
             "  --haico-drain-timeout=S",

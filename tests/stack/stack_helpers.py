@@ -1,4 +1,4 @@
-"""Builders and waits shared by the stack tests (a module, not fixtures)."""
+"""Builders shared by the stack tests (a module, not fixtures)."""
 
 from __future__ import annotations
 
@@ -56,15 +56,6 @@ def tiny(
         secrets=(token,) if token else (),
         cleanup_paths=cleanup_paths,
     )
-
-
-def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    """Poll `predicate` until it holds; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def dead_pid() -> int:

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 import pytest_haico
-from pytest_haico.stack import Orchestrator, ServiceRecord, reap_orphans
+from pytest_haico.stack import Orchestrator, Registry, ServiceRecord, reap_orphans
 from pytest_haico.stack.procfs import is_alive, read_proc_stat
+from tests.polling import wait_for
 from tests.stack.stack_helpers import (
     STACK_OWNER,
     give_to_nobody,
@@ -26,7 +27,6 @@ from tests.stack.stack_helpers import (
     record_of,
     tiny,
     victim,
-    wait_until,
     write_registry,
 )
 
@@ -49,15 +49,15 @@ def test_janitor_reaps_the_services_of_a_killed_owner(tmp_path: Path, umask: int
         stdin=subprocess.PIPE, umask=umask,
     )  # fmt: skip
     result_file = tmp_path / "result-0.json"
-    wait_until(result_file.exists, timeout=30, what="the owner's stack")
+    wait_for(result_file.exists, timeout=30, what="the owner's stack")
     result = json.loads(result_file.read_text())
     owner.kill()
     owner.wait()
     # Once reparented, a parent-death signal would have been sent; without one the
     # service outlives its owner: the janitor's case.
-    wait_until(lambda: _ppid(result["pid"]) != owner.pid, timeout=10, what="reparenting")
+    wait_for(lambda: _ppid(result["pid"]) != owner.pid, timeout=10, what="reparenting")
     assert is_alive(result["pid"])
-    registry = state / "services" / f"{result['owner']}.json"
+    [registry] = (state / "services").glob(f"{result['owner']}-*.json")
     [claim] = (state / "ports").glob("*.json")
     assert [stat.S_IMODE(p.stat().st_mode) for p in (registry, claim)] == [0o600, 0o600]
 
@@ -250,7 +250,7 @@ def test_an_owner_killed_during_the_postgres_copy_leaves_no_copy_and_no_data_dir
     helper: int | None = None
     data_dir: Path | None = None
     try:
-        wait_until(
+        wait_for(
             lambda: log.exists() and holding.search(log.read_text()) is not None,
             timeout=60,
             what="the template copy",
@@ -262,7 +262,7 @@ def test_an_owner_killed_during_the_postgres_copy_leaves_no_copy_and_no_data_dir
         assert (data_dir / "PG_VERSION").is_file()
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-        wait_until(lambda: not is_alive(helper or 0), timeout=10, what="the copy helper to die")
+        wait_for(lambda: not is_alive(helper or 0), timeout=10, what="the copy helper to die")
 
         reaped = reap_orphans(state)
 
@@ -276,3 +276,23 @@ def test_an_owner_killed_during_the_postgres_copy_leaves_no_copy_and_no_data_dir
         if data_dir is not None:
             shutil.rmtree(data_dir.parent, ignore_errors=True)
         shutil.rmtree(fake_bin)
+
+
+def test_two_registries_of_one_process_keep_each_others_records(tmp_path: Path) -> None:
+    """A process runs several stacks (an arm's, a test's own): closing one keeps the other's
+    record, so the janitor still finds that stack's services if the process dies."""
+    first, second = Registry(tmp_path), Registry(tmp_path)
+    me = read_proc_stat(os.getpid())
+    assert me is not None
+    for registry, name in ((first, "web0"), (second, "web1")):
+        registry.record(
+            ServiceRecord(
+                name=name, pid=os.getpid(), pgid=os.getpid(), start_time=me.start_time, uid=0
+            )
+        )
+    assert first.path != second.path
+    first.close()
+    assert not first.path.exists()
+    kept = json.loads(second.path.read_text())
+    assert [s["name"] for s in kept["services"]] == ["web1"]
+    second.close()

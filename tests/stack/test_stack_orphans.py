@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
+
+import pytest
 
 from pytest_haico.stack import is_port_free, reap_orphans
 from pytest_haico.stack.procfs import is_alive, iter_session
-from tests.stack.stack_helpers import TINY_SERVICE, wait_until
+from tests.harness import start_pytest
+from tests.polling import wait_for
+from tests.stack.stack_helpers import TINY_SERVICE
 
 CONFTEST = """
 import json
@@ -51,32 +51,23 @@ def test_blocks(stack):
 """
 
 
-def test_services_die_with_a_pytest_killed_by_sigkill(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "pytest.ini").write_text("[pytest]\n")
-    (project / "conftest.py").write_text(textwrap.dedent(CONFTEST))
-    (project / "test_block.py").write_text(textwrap.dedent(TEST))
+def test_services_die_with_a_pytest_killed_by_sigkill(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_block=TEST)
     info = tmp_path / "info.json"
     state = tmp_path / "state"
-    env = {
-        **os.environ,
-        "ORPHAN_INFO": str(info),
-        "ORPHAN_STATE": str(state),
-        "TINY_SERVICE": str(TINY_SERVICE),
-    }
-    pytest_process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    env = {"ORPHAN_INFO": str(info), "ORPHAN_STATE": str(state), "TINY_SERVICE": str(TINY_SERVICE)}
+    run = start_pytest(
+        pytester, "-q", "-p", "no:cacheprovider", log=tmp_path / "pytest.out", env=env
     )
     try:
-        wait_until(info.exists, timeout=60, what="the inner session's healthy stack")
+        run.wait_for(info.exists, timeout=60, what="the inner session's healthy stack")
     finally:
-        pytest_process.send_signal(signal.SIGKILL)
-        pytest_process.wait()
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=60)
     recorded = json.loads(info.read_text())
     services: dict[str, list[int]] = recorded["services"]
     assert set(services) == {"postgres", "web"}
@@ -87,7 +78,7 @@ def test_services_die_with_a_pytest_killed_by_sigkill(tmp_path: Path) -> None:
             for pid, port in services.values()
         )
 
-    wait_until(all_gone, timeout=15, what=f"every service and port of {services} to go")
+    wait_for(all_gone, timeout=15, what=f"every service and port of {services} to go")
     # What a SIGKILL leaves behind (the data directory, the registry) is the janitor's.
     run_dir = Path(recorded["run_dir"])
     assert run_dir.exists()

@@ -16,7 +16,8 @@ from pytest_haico.errors import StackError
 from pytest_haico.stack import PortPool, derive_base_port, is_port_free, reap_stale_claims
 from pytest_haico.stack.ports import PORT_HIGH, PORT_LOW, PortClaim
 from pytest_haico.stack.procfs import is_alive
-from tests.stack.stack_helpers import STACK_OWNER, wait_until
+from tests.polling import wait_for
+from tests.stack.stack_helpers import STACK_OWNER
 
 
 def test_base_port_is_stable_per_job_and_below_the_ephemeral_range() -> None:
@@ -134,13 +135,13 @@ def test_two_sessions_of_the_same_job_started_at_once_get_different_ports(
         for i in (1, 2)
     ]  # fmt: skip
     try:
-        wait_until(
+        wait_for(
             lambda: all((tmp_path / f"ready-{i}").exists() for i in (1, 2)),
             timeout=30,
             what="both sessions at the barrier",
         )
         (tmp_path / "go").touch()
-        wait_until(
+        wait_for(
             lambda: all((tmp_path / f"result-{i}.json").exists() for i in (1, 2)),
             timeout=30,
             what="both sessions started",
