@@ -22,6 +22,9 @@ class SlurmJob:
     array_task_id: str | None
     restart_count: int
     node: str
+    # The job this one continues in a chain (`HAICO_CHAIN_PREV`, set by campaign.sbatch):
+    # Slurm started this one only after that one ended.
+    chain_predecessor: str | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> SlurmJob:
@@ -34,6 +37,7 @@ class SlurmJob:
             array_task_id=values["SLURM_ARRAY_TASK_ID"],
             restart_count=int(restarts) if restarts is not None else 0,
             node=environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            chain_predecessor=_parse_job_key(environ, "HAICO_CHAIN_PREV"),
         )
 
     @property
@@ -64,5 +68,23 @@ def parse_slurm_number(environ: Mapping[str, str], name: str) -> str | None:
             "",
             f"{shown!r} is not a Slurm job number (digits only, as Slurm sets it); "
             "unset it, or run inside the Slurm job it belongs to",
+        )
+    return value
+
+
+def _parse_job_key(environ: Mapping[str, str], name: str) -> str | None:
+    """A job's key as `SlurmJob.key` spells it (`123`, or `123_4` for an array task)."""
+    value = environ.get(name, "")
+    if value == "":
+        return None
+    job, underscore, task = value.partition("_")
+    parts = (job, task) if underscore else (job,)
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise ConfigError(
+            f"environment variable {name}",
+            "",
+            f"{shown!r} is not a Slurm job (digits, or <array job>_<task>, as campaign.sbatch "
+            "sets it); unset it",
         )
     return value

@@ -5,7 +5,8 @@ work across nodes on shared file systems, so a claim is a file made with `link`,
 atomic everywhere, NFS included, and complete from its first moment. It records its
 holder; it is stale when the holder is dead: on the same host, its pid is gone or was
 reused (another start time, another boot); on another host, only when it is this very
-job's earlier incarnation (Slurm runs one incarnation of a job at a time). Whether a
+job's earlier incarnation (Slurm runs one incarnation of a job at a time) or the job this
+one continues in a chain (its successor starts only once it has ended). Whether a
 holder on another host is alive cannot be told from here: the refusal names the file to
 remove once that run is known dead.
 """
@@ -39,6 +40,7 @@ class Holder:
     restart_count: int
     run_id: str
     claimed_at: float
+    predecessor: str | None = None  # the chain's previous job, which has ended
 
     @classmethod
     def current(cls, job: SlurmJob, run_id: str) -> Holder:
@@ -52,6 +54,7 @@ class Holder:
             restart_count=job.restart_count,
             run_id=run_id,
             claimed_at=time.time(),
+            predecessor=job.chain_predecessor,
         )
 
     def to_json(self) -> bytes:
@@ -63,7 +66,8 @@ class Holder:
         try:
             fields = json.loads(data)
             # Only the known fields: a later version may record more.
-            holder = cls(**{name: fields[name] for name in cls.__dataclass_fields__})
+            optional = {"predecessor": fields.get("predecessor")}
+            holder = cls(**{name: fields[name] for name in _REQUIRED}, **optional)
         except (ValueError, TypeError, KeyError):
             return None
         if not (isinstance(holder.host, str) and isinstance(holder.pid, int)):
@@ -79,12 +83,17 @@ class Holder:
             if started is None:
                 return True
             return self.start_time is not None and started != self.start_time  # pid reused
+        if self.job is not None and self.job == me.predecessor:
+            return True  # a chain's link starts only once the link before it has ended
         return self.job is not None and self.job == me.job and self.restart_count < me.restart_count
 
     def describe(self) -> str:
         job = f", Slurm job {self.job}" if self.job else ""
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.claimed_at))
         return f"run {self.run_id} (host {self.host}, pid {self.pid}{job}, since {since})"
+
+
+_REQUIRED = tuple(name for name in Holder.__dataclass_fields__ if name != "predecessor")
 
 
 def share_claimed(share: str, holder: Holder, path: Path) -> ShareClaimedError:

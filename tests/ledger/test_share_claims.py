@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.errors import ResultsError, ShareClaimedError
+from pytest_haico.errors import ConfigError, ResultsError, ShareClaimedError
 from pytest_haico.ledger import claims
 from pytest_haico.ledger.claims import (
     Holder,
@@ -193,3 +193,25 @@ def test_a_claim_that_cannot_be_taken_after_several_tries_is_an_error(
         f"{SHARE}: could not take the claim {path}: other runs kept taking it; find what "
         "else runs this share (squeue, ps), then rerun"
     )
+
+
+def test_the_claim_of_the_job_a_chain_continues_is_taken_over(tmp_path: Path) -> None:
+    """A chained job killed hard at its walltime left its claim on another node; its
+    successor (started by Slurm only once it ended) takes the claim over."""
+    path = write_claim(tmp_path / "c.json", host="node-elsewhere", job="299", run_id="299.1")
+    successor = Holder.current(
+        SlurmJob.from_environ({"SLURM_JOB_ID": "300", "HAICO_CHAIN_PREV": "299"}), "300.1"
+    )
+    claim = claim_share(path, successor, share=SHARE, file_mode=0o640)
+    assert json.loads(path.read_text())["predecessor"] == "299"
+    claim.release()
+    # Any other job on another host is still presumed alive.
+    path = write_claim(tmp_path / "d.json", host="node-elsewhere", job="298", run_id="298.1")
+    with pytest.raises(ShareClaimedError):
+        claim_share(path, successor, share=SHARE, file_mode=0o640)
+
+
+@pytest.mark.parametrize("value", ["a/b", "12_", "_3", "12_x", "../1"])
+def test_a_chain_predecessor_that_is_not_a_job_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match="HAICO_CHAIN_PREV"):
+        SlurmJob.from_environ({"HAICO_CHAIN_PREV": value})
