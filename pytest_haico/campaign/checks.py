@@ -25,8 +25,6 @@ def check_supported(settings: Settings) -> None:
     unsupported = [
         ("--haico-profile cluster", settings.profile is Profile.CLUSTER, local),
         ("--haico-backend-image", settings.backend_image is not None, local),
-        ("--haico-backend-cmd", settings.backend_cmd is not None, local),
-        ("--haico-model-endpoint", settings.model_endpoint is not None, local),
         ("--haico-attach", settings.attach is not None, local),
         ("--haico-gates-only", settings.gates_only, local),
     ]

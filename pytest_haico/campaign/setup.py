@@ -10,6 +10,7 @@ import pytest
 from pytest_haico.campaign import checks
 from pytest_haico.campaign.hooks import CampaignPlugin
 from pytest_haico.config.experiment import load_experiments
+from pytest_haico.config.identity import source_tree
 from pytest_haico.config.items import build_item_specs
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
@@ -30,7 +31,8 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
             config, settings.experiments, bool(experiments.arms), bool(experiments.scripts)
         )
         site_image = settings.site.get("BACKEND_IMAGE") if settings.site else None
-        specs = build_item_specs(experiments, settings, site_image=site_image)
+        tree = source_tree(settings.backend_cmd_dir) if settings.backend_cmd else None
+        specs = build_item_specs(experiments, settings, site_image=site_image, backend_tree=tree)
     except ConfigError as exc:
         raise pytest.UsageError(f"haico: {exc}") from None
     for tag in sorted(experiments.tags):
@@ -43,10 +45,14 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         shard=settings.shard,
         file_mode=settings.results_mode,
     )
-    return CampaignPlugin(
+    campaign = CampaignPlugin(
         settings,
         specs,
         recorder,
         ArmRuns(settings, experiments.arms, recorder),
         collects_experiments=checks.collects(config, settings.experiments),
     )
+    note = tree.note() if tree is not None else None
+    if note is not None:
+        campaign.selection.notes.append(f"haico: {note}")
+    return campaign

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +39,79 @@ def model_identity(arm: Arm, *, profile: Profile, endpoint: str | None = None) -
     return "unspecified"
 
 
+@dataclass(frozen=True)
+class SourceTree:
+    """The git state of the directory a backend command runs in: which build it runs."""
+
+    directory: Path
+    commit: str | None  # None: not a git checkout (or git is missing)
+    dirty: bool = False
+    diff_sha256: str | None = None  # of `git diff HEAD`, when tracked files changed
+
+    @property
+    def identity(self) -> str:
+        if self.commit is None:
+            return "git:none"
+        if not self.dirty:
+            return f"git:{self.commit}"
+        return f"git:{self.commit}+dirty:{self.diff_sha256 or 'untracked-only'}"
+
+    def note(self) -> str | None:
+        """What a user should know when builds of this tree cannot all be told apart."""
+        if self.commit is None:
+            return (
+                f"--haico-backend-cmd runs in {self.directory}, which is not a git checkout: "
+                "every build run from it shares item ids (commit the build to tell them apart)"
+            )
+        if self.dirty:
+            return (
+                f"--haico-backend-cmd runs in {self.directory}, a dirty tree at commit "
+                f"{self.commit[:12]}: its identity hashes `git diff HEAD`, so builds that "
+                "differ only in untracked files share item ids"
+            )
+        return None
+
+
+def source_tree(directory: Path) -> SourceTree:
+    """Read `directory`'s git commit and whether (and how) its tracked files changed."""
+
+    def git(*args: str) -> bytes | None:
+        try:
+            result = subprocess.run(
+                ["git", "-C", str(directory), *args],
+                capture_output=True,
+                timeout=30,
+                check=False,
+                env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return result.stdout if result.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if head is None:
+        return SourceTree(directory, None)
+    status = git("status", "--porcelain") or b""
+    if not status.strip():
+        return SourceTree(directory, head.decode().strip())
+    diff = git("diff", "HEAD", "--binary") or b""
+    digest = hashlib.sha256(diff).hexdigest() if diff else None
+    return SourceTree(directory, head.decode().strip(), dirty=True, diff_sha256=digest)
+
+
 def backend_identity(
     arm: Arm,
     *,
     profile: Profile,
     image: str | None = None,
     command: str | None = None,
+    tree: SourceTree | None = None,
     site_image: str | None = None,
 ) -> str:
-    """The backend build: a command, else an image (this run's, the arm's, the site's)."""
+    """The backend build: a command (and the tree it runs in), else an image (this run's,
+    the arm's, the site's), else the stand-in."""
     if command:
-        return f"cmd:{command}"
+        return f"cmd:{command};{tree.identity if tree is not None else 'git:none'}"
     chosen = image or arm.backend.image or (site_image if profile is Profile.CLUSTER else None)
     if chosen:
         return f"image:{chosen}"

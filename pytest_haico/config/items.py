@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from pytest_haico.config.experiment import Arm, Experiments, Script, ScriptSource
-from pytest_haico.config.identity import backend_identity, item_id, model_identity
+from pytest_haico.config.identity import (
+    SourceTree,
+    backend_identity,
+    item_id,
+    model_identity,
+)
 from pytest_haico.config.settings import Settings, Shard
 from pytest_haico.errors import ConfigError
 
@@ -56,7 +61,11 @@ class ItemSpec:
 
 
 def build_item_specs(
-    experiments: Experiments, settings: Settings, *, site_image: str | None = None
+    experiments: Experiments,
+    settings: Settings,
+    *,
+    site_image: str | None = None,
+    backend_tree: SourceTree | None = None,
 ) -> list[ItemSpec]:
     """Every item of every arm, in a stable order: arm name, script file order, repeat."""
     specs: list[ItemSpec] = []
@@ -70,6 +79,7 @@ def build_item_specs(
             profile=settings.profile,
             image=settings.backend_image,
             command=settings.backend_cmd,
+            tree=backend_tree,
             site_image=site_image,
         )
         for source in experiments.scripts:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 import os
+import shlex
+import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +17,10 @@ from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.errors import ConfigError
 
 _T = TypeVar("_T")
+
+# The already-served model's API key (--haico-model-endpoint): from the environment only,
+# since argv and ini files are readable by others.
+MODEL_API_KEY_ENV = "HAICO_MODEL_API_KEY"
 
 
 class Profile(enum.StrEnum):
@@ -98,8 +104,18 @@ OPTIONS = (
     Option("exit", "exit-code semantics: strict (default) or campaign", "strict|campaign"),
     Option("gates_only", "not available in this version", flag=True),
     Option("backend_image", "not available in this version", "REF"),
-    Option("backend_cmd", "not available in this version", "CMD"),
-    Option("model_endpoint", "not available in this version", "URL"),
+    Option(
+        "backend_cmd",
+        "run the backend from this command (a build under test) instead of the stand-in; "
+        "{port} in it is replaced by its port (README: the backend's environment)",
+        "CMD",
+    ),
+    Option(
+        "model_endpoint",
+        "use a model server that already runs (its OpenAI base URL, e.g. "
+        "http://vllm.localhost:8000/v1; key from $HAICO_MODEL_API_KEY) instead of starting one",
+        "URL",
+    ),
     Option("attach", "not available in this version", "FILE"),
     Option(
         "results_mode",
@@ -135,7 +151,9 @@ class Settings:
     gates_only: bool
     backend_image: str | None
     backend_cmd: str | None
+    backend_cmd_dir: Path  # where the backend command runs: the directory pytest started in
     model_endpoint: str | None
+    model_api_key: str | None = field(repr=False)  # $HAICO_MODEL_API_KEY, never an option
     attach: Path | None
     results_mode: int
     sources: Mapping[str, str]
@@ -251,8 +269,10 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         exit_mode=r.get("exit", _enum_parser(ExitMode), ExitMode.STRICT),
         gates_only=r.get("gates_only", _parse_bool, False),
         backend_image=r.get("backend_image", _parse_text, None),
-        backend_cmd=r.get("backend_cmd", _parse_text, None),
-        model_endpoint=r.get("model_endpoint", _parse_text, None),
+        backend_cmd=r.get("backend_cmd", _parse_command, None),
+        backend_cmd_dir=here,
+        model_endpoint=r.get("model_endpoint", _parse_endpoint, None),
+        model_api_key=env.get(MODEL_API_KEY_ENV) or None,
         attach=r.get("attach", path_from, None),
         results_mode=r.get("results_mode", parse_results_mode, 0o640),
         sources=dict(r.sources),
@@ -370,6 +390,39 @@ def _enum_parser(kind: type[enum.StrEnum]) -> Callable[[Any, str], Any]:
             ) from None
 
     return parse
+
+
+def _parse_command(value: Any, source: str) -> str:
+    """A command line as a shell would split it (it runs without a shell)."""
+    text = _parse_text(value, source)
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"haico: {source}: cannot split {text!r}: {exc}") from None
+    if not words:
+        raise pytest.UsageError(f"haico: {source}: must name a program")
+    return text
+
+
+def _parse_endpoint(value: Any, source: str) -> str:
+    """An OpenAI-compatible base URL: http(s), a host, a port, no credentials or query."""
+    text = _parse_text(value, source).rstrip("/")
+    url = urllib.parse.urlsplit(text)
+    problem = None
+    if url.scheme not in ("http", "https"):
+        problem = "use http:// or https://"
+    elif not url.hostname:
+        problem = "it names no host"
+    elif url.username or url.password:
+        problem = f"no credentials in the URL: the key goes in ${MODEL_API_KEY_ENV}"
+    elif url.query or url.fragment:
+        problem = "no query or fragment"
+    if problem is not None:
+        raise pytest.UsageError(
+            f"haico: {source}: {text!r} is not a model server's base URL ({problem}); "
+            "e.g. http://vllm.localhost:8000/v1"
+        )
+    return text
 
 
 def _parse_text(value: Any, source: str) -> str:

@@ -34,7 +34,12 @@ from pytest_haico.runner.loop import Runner
 from pytest_haico.runner.walltime import WalltimeAdmission
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
 from pytest_haico.stack.orchestrator import ServiceTiming
-from pytest_haico.stack.profiles import Stack, build_local_stack
+from pytest_haico.stack.profiles import (
+    BackendCommand,
+    ModelEndpoint,
+    Stack,
+    build_local_stack,
+)
 from pytest_haico.stack.service import read_log_tail
 
 _log = logging.getLogger(__name__)
@@ -92,6 +97,8 @@ class ArmRun:
         on_admission_stop: Callable[[str], None],
         dump_interval_s: float,
         drain_margin_s: float,
+        backend_command: BackendCommand | None = None,
+        model_endpoint: ModelEndpoint | None = None,
     ) -> None:
         self.arm = arm
         self.concurrency = concurrency
@@ -101,6 +108,8 @@ class ArmRun:
         self.on_admission_stop = on_admission_stop
         self.dump_interval_s = dump_interval_s
         self.drain_margin_s = drain_margin_s
+        self.backend_command = backend_command
+        self.model_endpoint = model_endpoint
         self.dumps: DatabaseDumps | None = None
         self.dump_failure: str | None = None
         self.admission: WalltimeAdmission | None = None
@@ -161,6 +170,8 @@ class ArmRun:
             substitute_model=arm.standin.substitute_model or None,
             rate_limit_rpm=arm.standin.rate_limit_rpm or None,
             recursion_flag=arm.standin.recursion_flag,
+            backend_command=self.backend_command,
+            model_endpoint=self.model_endpoint,
             registry_mirror=self.claim.path / "services.json",
             log_mode=self.recorder.file_mode,
         )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.settings import Settings
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
+    from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint
 
 _log = logging.getLogger(__name__)
 # What the final pg_dump may take on top of --haico-drain-timeout, for walltime admission.
@@ -213,6 +214,8 @@ class ArmRuns:
             on_admission_stop=self._stop_admitting_for_walltime,
             dump_interval_s=settings.dump_interval,
             drain_margin_s=settings.drain_timeout + DUMP_MARGIN_S,
+            backend_command=_backend_command(settings),
+            model_endpoint=_model_endpoint(settings),
         )
         self._sessions[arm] = session
         self.starting = True
@@ -241,6 +244,22 @@ class ArmRuns:
     def _stop_session(self, reason: str) -> None:
         if self._session is not None:
             self._session.shouldstop = f"haico: {_headline(reason)}"
+
+
+def _backend_command(settings: Settings) -> BackendCommand | None:
+    from pytest_haico.stack.profiles import BackendCommand
+
+    if settings.backend_cmd is None:
+        return None
+    return BackendCommand(settings.backend_cmd, settings.backend_cmd_dir)
+
+
+def _model_endpoint(settings: Settings) -> ModelEndpoint | None:
+    from pytest_haico.stack.profiles import ModelEndpoint
+
+    if settings.model_endpoint is None:
+        return None
+    return ModelEndpoint(settings.model_endpoint, settings.model_api_key or "")
 
 
 def _headline(reason: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,7 @@ from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.postgres import PostgresService
-from pytest_haico.stack.service import Command, inherited_env, new_secret
+from pytest_haico.stack.service import Command, Service, inherited_env, new_secret
 
 
 @dataclass(kw_only=True)
@@ -34,6 +36,8 @@ class HttpService:
     death_signal: signal.Signals | None = signal.SIGKILL
     secrets: tuple[str, ...] = ()
     cleanup_paths: tuple[Path, ...] = ()
+    cwd: Path | None = None
+    port_env: str | None = None  # the variable that tells the process its port, if any
     port: int | None = None
 
     @property
@@ -52,7 +56,10 @@ class HttpService:
     def command(self, port: int) -> Command:
         """argv for `port` and the inherited environment plus `env()`."""
         self.port = port
-        return Command(argv=list(self.argv(port)), env=inherited_env(self.env()))
+        env = dict(self.env())
+        if self.port_env is not None:
+            env[self.port_env] = str(port)
+        return Command(argv=list(self.argv(port)), env=inherited_env(env), cwd=self.cwd)
 
     def probe(self, port: int) -> bool:
         """One GET of the health path; a cluster's proxy settings must not apply to loopback."""
@@ -82,14 +89,16 @@ class Stack:
         orchestrator: Orchestrator,
         postgres: PostgresService,
         *,
-        llm: HttpService,
+        llm: HttpService | None,
         backend: HttpService,
         api_key: str,
         admin_token: str,
+        model_endpoint: ModelEndpoint | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self.postgres = postgres
         self.llm = llm
+        self.external_model = model_endpoint
         self.backend = backend
         self.api_key = api_key
         self.admin_token = admin_token
@@ -117,11 +126,18 @@ class Stack:
     @property
     def model_endpoint(self) -> str:
         """The OpenAI-compatible base URL the backend is given for the model."""
+        if self.external_model is not None:
+            return self.external_model.url
+        assert self.llm is not None
         return f"http://vllm.localhost:{self.llm.port}/v1"
 
     @property
     def llm_url(self) -> str:
-        """The stand-in LLM server's base URL on 127.0.0.1."""
+        """The model server's base URL as this process reaches it (127.0.0.1 for a name
+        under .localhost, which Debian's resolver does not resolve by itself)."""
+        if self.external_model is not None:
+            return self.external_model.reachable_base_url
+        assert self.llm is not None
         return self.llm.url
 
     @property
@@ -157,7 +173,7 @@ class Stack:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Every secret of this stack, for redaction filters."""
-        return (self.api_key, self.admin_token, *self.postgres.secrets)
+        return tuple(s for s in (self.api_key, self.admin_token, *self.postgres.secrets) if s)
 
 
 def build_llm_service(
@@ -242,6 +258,77 @@ def build_backend_service(
     )
 
 
+@dataclass(frozen=True)
+class BackendCommand:
+    """A backend build run in place of the stand-in (`--haico-backend-cmd`): `command` split
+    as a shell would (no shell runs it), `{port}` replaced, run in `directory`.
+
+    Its environment (the contract the README documents): HAICO_BACKEND_HOST and
+    HAICO_BACKEND_PORT (where to listen), HAICO_DATABASE_URL, ADMIN_DEFAULT_API_TOKEN (the
+    admin token requests carry), VLLM_API_KEY (the model server's key) and
+    HAICO_MODEL_ENDPOINT; it must answer GET /api/health with that token once ready.
+    """
+
+    command: str
+    directory: Path
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """A model server that already runs (`--haico-model-endpoint`), and its key."""
+
+    url: str
+    api_key: str = field(default="", repr=False)
+
+    @property
+    def reachable_base_url(self) -> str:
+        """The server's base URL (without /v1), with a name under .localhost as 127.0.0.1."""
+        parts = urllib.parse.urlsplit(self.url)
+        host = parts.hostname or ""
+        netloc = parts.netloc
+        if host == "localhost" or host.endswith(".localhost"):
+            netloc = netloc.replace(host, "127.0.0.1", 1)
+        path = parts.path.removesuffix("/").removesuffix("/v1")
+        return urllib.parse.urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+def build_command_backend(
+    backend: BackendCommand,
+    *,
+    admin_token: str,
+    api_key: str,
+    database_url: Callable[[], str],
+    model_endpoint: Callable[[], str],
+    database_secrets: tuple[str, ...] = (),
+    requires: tuple[str, ...] = (),
+    start_timeout: float = 60.0,
+) -> HttpService:
+    """A developer's backend build as a service, not yet started."""
+    words = shlex.split(backend.command)
+
+    def env() -> dict[str, str]:
+        return {
+            "ADMIN_DEFAULT_API_TOKEN": admin_token,
+            "VLLM_API_KEY": api_key,
+            "HAICO_DATABASE_URL": database_url(),
+            "HAICO_MODEL_ENDPOINT": model_endpoint(),
+            "HAICO_BACKEND_HOST": "127.0.0.1",
+        }
+
+    return HttpService(
+        name="backend",
+        argv=lambda port: [word.replace("{port}", str(port)) for word in words],
+        env=env,
+        health_path="/api/health",
+        health_headers={"Authorization": f"Bearer {admin_token}"},
+        requires=requires,
+        start_timeout=start_timeout,
+        secrets=tuple(s for s in (api_key, admin_token, *database_secrets) if s),
+        cwd=backend.directory,
+        port_env="HAICO_BACKEND_PORT",
+    )
+
+
 def build_local_stack(
     log_dir: Path,
     *,
@@ -256,6 +343,8 @@ def build_local_stack(
     substitute_model: str | None = None,
     rate_limit_rpm: int | None = None,
     recursion_flag: bool = True,
+    backend_command: BackendCommand | None = None,
+    model_endpoint: ModelEndpoint | None = None,
     postgres_bin_dir: Path | None = None,
     state_dir: Path | None = None,
     ports: PortPool | None = None,
@@ -263,23 +352,29 @@ def build_local_stack(
     log_mode: int = 0o640,
     start_timeout: float = 60.0,
 ) -> Stack:
-    """The local profile's services, not yet started; secrets go through the environment."""
+    """The local profile's services, not yet started; secrets go through the environment.
+
+    A `backend_command` replaces the stand-in backend; a `model_endpoint` replaces the
+    stand-in model server (none is started; its key is the endpoint's).
+    """
     if enable_tool_calling and not tool_call_parser:
         raise ConfigError("local profile", "tool_call_parser", "required when tool calling is on")
-    api_key = new_secret()
+    api_key = model_endpoint.api_key if model_endpoint is not None else new_secret()
     admin_token = new_secret()
     postgres = PostgresService(bin_dir=postgres_bin_dir)
-    llm = build_llm_service(
-        served_name=served_name,
-        max_model_len=max_model_len,
-        tool_call_parser=tool_call_parser if enable_tool_calling else None,
-        persona=persona,
-        latency_ms=latency_ms,
-        seed=seed,
-        api_key=api_key,
-        load_s=load_s,
-        start_timeout=start_timeout,
-    )
+    llm = None
+    if model_endpoint is None:
+        llm = build_llm_service(
+            served_name=served_name,
+            max_model_len=max_model_len,
+            tool_call_parser=tool_call_parser if enable_tool_calling else None,
+            persona=persona,
+            latency_ms=latency_ms,
+            seed=seed,
+            api_key=api_key,
+            load_s=load_s,
+            start_timeout=start_timeout,
+        )
 
     def database_url() -> str:
         # Called at each spawn of the backend, which may come before Postgres' own: the
@@ -287,35 +382,51 @@ def build_local_stack(
         # if Postgres has to move to another one.
         return postgres.dsn_for(orchestrator.port(postgres.name), require_scram=True)
 
-    backend = build_backend_service(
-        admin_token=admin_token,
-        api_key=api_key,
-        database_url=database_url,
-        database_secrets=postgres.secrets,
-        substitute_model=substitute_model,
-        rate_limit_rpm=rate_limit_rpm,
-        recursion_flag=recursion_flag,
-        # The stand-in waits for its database and answers /api/health only once it can
-        # use it, so its LangGraph import (over a second) overlaps Postgres' start. A real
-        # backend (the cluster profile) `requires` Postgres instead.
-        waits_for=(postgres.name,),
-        start_timeout=start_timeout,
-    )
+    if backend_command is not None:
+        # A build under test may not retry its database: it starts once Postgres is healthy.
+        backend = build_command_backend(
+            backend_command,
+            admin_token=admin_token,
+            api_key=api_key,
+            database_url=database_url,
+            model_endpoint=lambda: stack.model_endpoint,
+            database_secrets=postgres.secrets,
+            requires=(postgres.name,),
+            start_timeout=start_timeout,
+        )
+    else:
+        backend = build_backend_service(
+            admin_token=admin_token,
+            api_key=api_key,
+            database_url=database_url,
+            database_secrets=postgres.secrets,
+            substitute_model=substitute_model,
+            rate_limit_rpm=rate_limit_rpm,
+            recursion_flag=recursion_flag,
+            # The stand-in waits for its database and answers /api/health only once it can
+            # use it, so its LangGraph import (over a second) overlaps Postgres' start. A
+            # real backend (the cluster profile) `requires` Postgres instead.
+            waits_for=(postgres.name,),
+            start_timeout=start_timeout,
+        )
     # The LLM first: on a cluster its load is the long pole, and it overlaps Postgres' set-up.
     # Postgres' template copy runs in a worker thread while the others start.
+    services: list[Service] = [llm] if llm is not None else []
     orchestrator = Orchestrator(
-        [llm, postgres, backend],
+        [*services, postgres, backend],
         log_dir,
         state_dir=state_dir,
         ports=ports,
         registry_mirror=registry_mirror,
         log_mode=log_mode,
     )
-    return Stack(
+    stack = Stack(
         orchestrator,
         postgres,
         llm=llm,
         backend=backend,
         api_key=api_key,
         admin_token=admin_token,
+        model_endpoint=model_endpoint,
     )
+    return stack

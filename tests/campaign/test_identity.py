@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from pytest_haico.config.experiment import Arm, Script
-from pytest_haico.config.identity import backend_identity, item_id, model_identity
+from pytest_haico.config.identity import (
+    backend_identity,
+    item_id,
+    model_identity,
+    source_tree,
+)
 from pytest_haico.config.settings import Profile
 
 SCRIPT: dict[str, Any] = {
@@ -82,3 +89,46 @@ def test_hf_model_identity_records_an_unpinned_revision() -> None:
     unpinned = arm(model={"hf_id": "Qwen/Qwen2.5-7B"})
     assert model_identity(pinned, profile=Profile.CLUSTER) == "hf:Qwen/Qwen2.5-7B@abc123"
     assert model_identity(unpinned, profile=Profile.CLUSTER) == "hf:Qwen/Qwen2.5-7B@unpinned"
+
+
+def _git(directory: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(directory), *args],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"},
+    )  # fmt: skip
+
+
+def _command_identity(directory: Path) -> str:
+    tree = source_tree(directory)
+    return backend_identity(arm(), profile=Profile.LOCAL, command="./serve {port}", tree=tree)
+
+
+def test_a_backend_commands_identity_is_its_trees_commit_and_changes(tmp_path: Path) -> None:
+    repo = tmp_path / "backend"
+    repo.mkdir()
+    assert source_tree(repo).commit is None  # not a checkout yet
+    assert "not a git checkout" in (source_tree(repo).note() or "")
+    _git(repo, "init", "-q")
+    (repo / "app.py").write_text("VERSION = 1\n")
+    _git(repo, "add", "app.py")
+    _git(repo, "commit", "-q", "-m", "one")
+    clean = _command_identity(repo)
+    assert clean.startswith("cmd:./serve {port};git:") and "dirty" not in clean
+    assert source_tree(repo).note() is None
+    assert _command_identity(repo) == clean  # the same build, the same identity
+
+    (repo / "app.py").write_text("VERSION = 2\n")
+    edit_2 = _command_identity(repo)
+    (repo / "app.py").write_text("VERSION = 3\n")
+    edit_3 = _command_identity(repo)
+    assert len({clean, edit_2, edit_3}) == 3  # every edit of a tracked file is another build
+    assert "dirty tree" in (source_tree(repo).note() or "")
+
+    (repo / "app.py").write_text("VERSION = 1\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    untracked = _command_identity(repo)
+    assert untracked.endswith("+dirty:untracked-only")
+    assert "untracked files share item ids" in (source_tree(repo).note() or "")

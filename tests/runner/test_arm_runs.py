@@ -34,7 +34,16 @@ def test_a_failed_arm_fails_every_later_use_with_the_same_error_and_no_restart(
         max_attempts=3,
     )
     runs = ArmRuns(
-        cast(Settings, SimpleNamespace(concurrency=1, dump_interval=0.0, drain_timeout=120.0)),
+        cast(
+            Settings,
+            SimpleNamespace(
+                concurrency=1,
+                dump_interval=0.0,
+                drain_timeout=120.0,
+                backend_cmd=None,
+                model_endpoint=None,
+            ),
+        ),
         {"demo": Arm(name="demo"), "other": Arm(name="other")},
         recorder,
     )

@@ -30,8 +30,6 @@ def experiments(pytester: pytest.Pytester) -> pytest.Pytester:
 
 UNBUILT = {
     "--haico-backend-image=docker://x@sha256:0": "--haico-backend-image",
-    "--haico-backend-cmd=./serve": "--haico-backend-cmd",
-    "--haico-model-endpoint=http://vllm.localhost:1/v1": "--haico-model-endpoint",
     "--haico-attach=stack.json": "--haico-attach",
     "--haico-gates-only": "--haico-gates-only",
     "--haico-profile=cluster": "--haico-profile cluster",
@@ -73,7 +71,7 @@ def test_drain_timeout_and_dump_interval_are_accepted(
 
 
 def test_the_help_promises_no_unbuilt_machinery(experiments: pytest.Pytester) -> None:
-    unbuilt = {"gates_only", "backend_image", "backend_cmd", "model_endpoint", "attach"}
+    unbuilt = {"gates_only", "backend_image", "attach"}
     for option in OPTIONS:
         if option.noun in unbuilt:
             assert option.help == "not available in this version", option
