@@ -68,6 +68,8 @@ def write_summary(
             terminal.write_line(f"  dumps:       {run.dumps.dumps_dir}")
         if run is not None and run.dump_failure:
             terminal.write_line(f"  {run.dump_failure}", red=True)
+        for change in run.provenance_changes if run is not None else ():
+            terminal.write_line(f"  provenance changed {change}", yellow=True)
     if recorder.owed_retry:
         terminal.write_line(f"{recorder.owed_retry} item(s) must run again: rerun the same command")
 

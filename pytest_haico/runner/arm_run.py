@@ -28,6 +28,12 @@ from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.provenance.dumps import DatabaseDumps
+from pytest_haico.provenance.runconfig import (
+    RunConfig,
+    model_server_metrics,
+    model_server_values,
+    previous_run,
+)
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.loop import Runner
@@ -99,6 +105,7 @@ class ArmRun:
         drain_margin_s: float,
         backend_command: BackendCommand | None = None,
         model_endpoint: ModelEndpoint | None = None,
+        provenance: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.arm = arm
         self.concurrency = concurrency
@@ -110,6 +117,9 @@ class ArmRun:
         self.drain_margin_s = drain_margin_s
         self.backend_command = backend_command
         self.model_endpoint = model_endpoint
+        self.provenance = provenance  # what run-config records before the stack starts
+        self.run_config: RunConfig | None = None
+        self.provenance_changes: list[str] = []  # since the arm's previous run
         self.dumps: DatabaseDumps | None = None
         self.dump_failure: str | None = None
         self.admission: WalltimeAdmission | None = None
@@ -206,6 +216,7 @@ class ArmRun:
                 name=f"haico-{arm.name}-watch",
             )
             self._watch.start()
+            self._record_provenance(stack)
         except BaseException:
             self.stop()
             raise
@@ -250,6 +261,8 @@ class ArmRun:
         self._stopped = True
         try:
             self._stop_conversations()
+            if final_dump:
+                self._final_provenance()
             self._dump_last(final_dump)
         finally:
             if self.stack is not None:
@@ -275,6 +288,47 @@ class ArmRun:
         """No more pg_dumps; the one running is killed. Safe from a signal handler."""
         if self.dumps is not None:
             self.dumps.abort()
+
+    def _record_provenance(self, stack: Stack) -> None:
+        """run-config.env/.json: the knobs, the host, the versions, the ports, the model
+        server's own account; and what changed since the arm's previous run."""
+        config = RunConfig(
+            self.claim.path, redactor=self.redactor, file_mode=self.recorder.file_mode
+        )
+        ports = stack.ports
+        config.update(self.provenance())
+        config.update(
+            {
+                "POSTGRES_VERSION": stack.postgres.version,
+                "POSTGRES_PORT": str(ports.get("postgres", "")),
+                "VLLM_PORT": str(ports.get("llm", "")),
+                "BACKEND_PORT": str(ports.get("backend", "")),
+                "MODEL_ENDPOINT": stack.model_endpoint,
+            }
+        )
+        values, details = model_server_values(stack.llm_url, stack.api_key)
+        config.update(values)
+        for key, value in details.items():
+            config.detail(key, value)
+        config.detail("metrics_start", model_server_metrics(stack.llm_url))
+        config.write()
+        self.run_config = config
+        earlier = previous_run(self.claim.path.parent, self.claim.path)
+        if earlier is not None:
+            self.provenance_changes = [
+                f"since run {earlier.name}: {change}" for change in config.changed_since(earlier)
+            ]
+
+    def _final_provenance(self) -> None:
+        """The model server's metrics at the arm's end: requests still running were
+        abandoned but are still generating."""
+        if self.run_config is None or self.stack is None:
+            return
+        try:
+            self.run_config.detail("metrics_end", model_server_metrics(self.stack.llm_url))
+            self.run_config.write()
+        except OSError as exc:
+            _log.warning("haico: arm %s: run-config not updated: %s", self.arm.name, exc)
 
     def _stop_conversations(self) -> None:
         if self._watch is not None:

@@ -5,9 +5,11 @@ ways to end them early: a drain (USR1, the walltime), an emergency stop (SIGTERM
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
@@ -216,6 +218,7 @@ class ArmRuns:
             drain_margin_s=settings.drain_timeout + DUMP_MARGIN_S,
             backend_command=_backend_command(settings),
             model_endpoint=_model_endpoint(settings),
+            provenance=partial(self._provenance, arm),
         )
         self._sessions[arm] = session
         self.starting = True
@@ -234,6 +237,19 @@ class ArmRuns:
             if state.recorded is None:
                 session.submit(state)
         return session
+
+    def _provenance(self, arm: str) -> dict[str, str]:
+        """What run-config records of this arm before its stack starts."""
+        from pytest_haico.provenance.runconfig import host_values, knob_values
+
+        values = knob_values(self.settings, self.arms[arm])
+        values.update(host_values(self.recorder.job, self.settings.experiments, os.environ))
+        planned = self._attempts.get(arm)
+        if planned:
+            spec = planned[0].spec
+            values["MODEL_IDENTITY"] = spec.model_identity
+            values["BACKEND_IDENTITY"] = spec.backend_identity
+        return values
 
     def _stop_early(self, reason: str) -> None:
         """A breaker tripped or a service died: the session stops after the current item."""
