@@ -135,7 +135,7 @@ class SlurmSection(_Section):
     time_per_stratum: dict[Name, Text] = Field(default_factory=dict)
 
 
-Persona = Literal["helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang"]
+Persona = Literal["helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang", "dead"]
 
 
 class StandinSection(_Section):

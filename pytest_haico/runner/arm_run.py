@@ -49,6 +49,8 @@ from pytest_haico.stack.profiles import (
 from pytest_haico.stack.service import read_log_tail
 
 _log = logging.getLogger(__name__)
+# How long a model server whose /health fails after a model error may take to exit.
+MODEL_EXIT_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -429,10 +431,33 @@ class ArmRun:
         if result.verdict is Verdict.INFRA_ERROR and self._watch is not None:
             # A dead service explains the failure better than the symptom the driver saw.
             death = self._watch.check()
+            if death is None and result.error is not None and result.error.kind == "backend_model":
+                death = await self._model_server_death()
             if death is not None:
                 return self._with_death(result)
         self._observe(result)
         return result
+
+    async def _model_server_death(self) -> ServiceDeath | None:
+        """After a model error: is the model server gone? A vLLM whose engine died answers
+        one 5xx, then exits (with status 0) a moment later; so unless its /health answers,
+        give its process a few seconds to end."""
+        stack, watch, client = self.stack, self._watch, self._client
+        if stack is None or stack.llm is None or watch is None or client is None:
+            return None
+        try:
+            response = await client.get(f"{stack.llm_url}/health", timeout=2.0)
+            if response.status_code == 200:
+                return None
+        except httpx.HTTPError:
+            pass
+        deadline = time.monotonic() + MODEL_EXIT_GRACE_S
+        while time.monotonic() < deadline:
+            death = watch.check()
+            if death is not None:
+                return death
+            await asyncio.sleep(0.1)
+        return None
 
     def _with_death(self, result: ConversationResult) -> ConversationResult:
         """The result of a conversation a dead service ended: infra_error, naming it."""

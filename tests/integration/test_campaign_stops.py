@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 
 import pytest
@@ -131,20 +132,17 @@ def test_a_killed_postgres_ends_the_run_at_once_and_names_it(
     )
 
 
-REFUSED_SNAPSHOTS = """
-from psycopg.conninfo import make_conninfo
+# A backend build whose migration changes the read-only role's password (as a broken
+# pg_hba.conf or a careless migration would): the harness's snapshot login is refused.
+BREAKING_MIGRATION = """
+import os
+import sys
 
-import pytest_haico.runner.arm_run as arm_run
+import psycopg
 
-_connect = arm_run.PostgresSnapshotReader.connect
-
-
-async def _wrong_password(dsn):
-    # The real server refuses the harness's read-only login, as a broken pg_hba.conf would.
-    return await _connect(make_conninfo(dsn, password="not-the-password"))
-
-
-arm_run.PostgresSnapshotReader.connect = staticmethod(_wrong_password)
+with psycopg.connect(os.environ["HAICO_DATABASE_URL"], autocommit=True) as conn:
+    conn.execute("ALTER ROLE haico_readonly PASSWORD 'changed-by-a-migration'")
+os.execv(sys.executable, [sys.executable, "-m", "pytest_haico.standins.backend", *sys.argv[1:]])
 """
 
 
@@ -154,8 +152,11 @@ def test_a_refused_snapshot_connection_fails_the_arm_once_and_exits_78(
     campaign.arm("demo")
     campaign.scripts("a.jsonl", scripts(3))
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
-    campaign.write("conftest.py", REFUSED_SNAPSHOTS)
-    result = campaign.run_subprocess("--haico-exit", "campaign", "-v")
+    migration = campaign.write("migrate_then_serve.py", BREAKING_MIGRATION)
+    command = f"{sys.executable} {migration} --host 127.0.0.1 --port {{port}}"
+    result = campaign.run_subprocess(
+        "--haico-exit", "campaign", "-v", "--haico-backend-cmd", command
+    )
     assert result.ret == 78, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(
         [
@@ -238,3 +239,22 @@ def test_int_or_term_to_a_pytest_started_in_the_background_records_interrupted_a
     records = campaign.records("demo")
     assert [r["verdict"] for r in records] == ["interrupted", "interrupted"], text
     assert "Traceback" not in text
+
+
+def test_a_model_server_whose_engine_died_ends_the_run_at_once_and_names_it(
+    campaign: CampaignProject,
+) -> None:
+    """Persona dead: a 500 with an empty body, then the server exits 0 (as vLLM does after
+    a fatal engine error): the run stops on the first failure and blames the model server,
+    whatever its exit status."""
+    campaign.arm("demo", "[run]\nconcurrency = 1\n[standin]\npersona = 'dead'\n")
+    campaign.scripts("a.jsonl", scripts(4))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    result = campaign.run_subprocess("--haico-exit", "campaign")
+    assert result.ret == 75, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["stopped (exit 75): llm (pid *) exited with status 0 while conversations were in flight*"]
+    )
+    records = campaign.records("demo")
+    assert 1 <= len(records) < 4
+    assert {r["verdict"] for r in records} == {"infra_error"}

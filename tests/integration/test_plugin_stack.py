@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import socket
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -137,25 +139,14 @@ def test_ctrl_c_stops_every_service(
     assert all(port_is_free(port) for port in state["ports"])
 
 
-BROKEN_BACKEND = """
-import sys
-
-import pytest_haico.runner.arm_run as arm_session
-
-_real = arm_session.build_local_stack
-
-
-def _broken(*args, **kwargs):
-    stack = _real(*args, **kwargs)
-    stack.backend.argv = lambda port: [
-        sys.executable, "-c",
+# A backend build that cannot start: it says why on stderr and exits 3.
+BROKEN_BACKEND = shlex.join(
+    [
+        sys.executable,
+        "-c",
         "import sys; print('backend: cannot read its configuration', file=sys.stderr); sys.exit(3)",
     ]
-    return stack
-
-
-arm_session.build_local_stack = _broken
-"""
+)
 
 
 def test_a_failed_start_exits_78_with_the_log_tail_and_writes_no_record(
@@ -167,8 +158,9 @@ def test_a_failed_start_exits_78_with_the_log_tail_and_writes_no_record(
         "".join(f'{{"id": "s{i}", "turns": [{{"user": "hello {i}"}}]}}\n' for i in range(3)),
     )
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
-    campaign.write("conftest.py", BROKEN_BACKEND)
-    result = campaign.run_subprocess("--haico-exit", "campaign")
+    result = campaign.run_subprocess(
+        "--haico-exit", "campaign", "--haico-backend-cmd", BROKEN_BACKEND
+    )
     assert result.ret == 78, result.stdout.str() + result.stderr.str()
     assert "the stack of arm demo did not start" in result.stdout.str()
     assert "backend: cannot read its configuration" in result.stdout.str()
