@@ -186,6 +186,8 @@ def build_llm_service(
     seed: int,
     api_key: str,
     load_s: float = 0.0,
+    vllm_version: str | None = None,
+    max_num_seqs: int | None = None,
     name: str = "llm",
     start_timeout: float = 60.0,
 ) -> HttpService:
@@ -201,6 +203,10 @@ def build_llm_service(
         argv += ["--persona", persona, "--latency-ms", str(latency_ms), "--seed", str(seed)]
         if load_s:
             argv += ["--load-s", f"{load_s:g}"]
+        if vllm_version is not None:
+            argv += ["--vllm-version", vllm_version]
+        if max_num_seqs is not None:
+            argv += ["--max-num-seqs", str(max_num_seqs)]
         return argv
 
     return HttpService(

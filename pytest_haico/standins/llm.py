@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from pytest_haico.standins.engine_stats import METRICS_CONTENT_TYPE, EngineStats, render_metrics
 from pytest_haico.standins.openai_wire import (
     ChatRequest,
-    NamedToolChoice,
     Usage,
     completion_body,
     count_completion_tokens,
@@ -32,16 +33,32 @@ from pytest_haico.standins.openai_wire import (
     sse_data,
     truncate,
 )
-from pytest_haico.standins.personas import Hang, Persona, ServerFault, plan_completion
+from pytest_haico.standins.personas import (
+    EngineDeath,
+    Hang,
+    Persona,
+    ServerFault,
+    plan_completion,
+)
+from pytest_haico.standins.refusals import (
+    Refusal,
+    context_refusal,
+    invalid_request,
+    tool_choice_refusal,
+    unknown_model,
+)
 from pytest_haico.standins.serving import configure_logging, positive_int, run_app
+from pytest_haico.standins.vllm_versions import (
+    DEFAULT_VLLM_VERSION,
+    VllmVersion,
+    parse_vllm_version,
+)
 
 logger = logging.getLogger("pytest_haico.standins.llm")
 
 API_KEY_ENV = "VLLM_API_KEY"
-# vLLM's own wording, so that clients and gates that match on it see the real thing.
-TOOLS_WITHOUT_FLAG = (
-    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
-)
+# vLLM's default --max-num-seqs (V1 engine, most GPUs).
+DEFAULT_MAX_NUM_SEQS = 256
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,8 @@ class LlmSettings:
     max_model_len: int
     auto_tool_choice: bool
     tool_call_parser: str | None
+    max_num_seqs: int
+    vllm_version: VllmVersion
     persona: Persona
     latency_ms: int
     load_s: float
@@ -85,6 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-len", type=positive_int, default=8192)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        default=DEFAULT_MAX_NUM_SEQS,
+        help="requests running at once; the rest wait (default %(default)s)",
+    )
+    parser.add_argument(
+        "--vllm-version",
+        type=parse_vllm_version,
+        default=parse_vllm_version(DEFAULT_VLLM_VERSION),
+        metavar="X.Y.Z",
+        help="the vLLM release to imitate where releases differ: tool_choice without a "
+        "tool-call parser (0.14 refuses named and required), error bodies (flat before "
+        "0.10.1), /health of a dead engine, cache-usage metric names; GET /version reports "
+        f"it (stand-in only; default {DEFAULT_VLLM_VERSION})",
+    )
     parser.add_argument(
         "--persona", choices=[p.value for p in Persona], default=Persona.HELPFUL.value
     )
@@ -118,6 +153,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LlmSettin
         max_model_len=int(args.max_model_len),
         auto_tool_choice=bool(args.enable_auto_tool_choice),
         tool_call_parser=args.tool_call_parser,
+        max_num_seqs=int(args.max_num_seqs),
+        vllm_version=args.vllm_version,
         persona=Persona(args.persona),
         latency_ms=int(args.latency_ms),
         load_s=max(0.0, float(args.load_s)),
@@ -126,16 +163,16 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LlmSettin
     )
 
 
-def _error(code: int, error_type: str, message: str) -> JSONResponse:
-    return JSONResponse(error_body(message, error_type=error_type, code=code), status_code=code)
-
-
 class _LlmApp:
-    """The request handlers; one instance per process, stateless between requests."""
+    """The request handlers and the engine's state; one instance per process."""
 
     def __init__(self, settings: LlmSettings, stopping: asyncio.Event) -> None:
         self.settings = settings
         self.stopping = stopping
+        self.stats = EngineStats(
+            max_num_seqs=settings.max_num_seqs, max_model_len=settings.max_model_len
+        )
+        self.engine_dead = False
 
     def _authorized(self, request: Request) -> bool:
         if self.settings.api_key is None:
@@ -143,8 +180,30 @@ class _LlmApp:
         given = request.headers.get("authorization", "").encode()
         return hmac.compare_digest(given, f"Bearer {self.settings.api_key}".encode())
 
+    def _error(self, refusal: Refusal) -> JSONResponse:
+        body = error_body(
+            refusal.message,
+            error_type=refusal.error_type,
+            code=refusal.code,
+            nested=self.settings.vllm_version.nests_errors,
+        )
+        return JSONResponse(body, status_code=refusal.code)
+
     async def health(self, request: Request) -> Response:
+        if self.engine_dead:
+            return Response(status_code=self.settings.vllm_version.dead_health_status)
         return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": self.settings.vllm_version.text})
+
+    async def metrics(self, request: Request) -> Response:
+        text = render_metrics(
+            self.stats,
+            model_name=self.settings.served_model_names[0],
+            version=self.settings.vllm_version,
+        )
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
 
     async def models(self, request: Request) -> Response:
         if not self._authorized(request):
@@ -170,39 +229,53 @@ class _LlmApp:
         try:
             chat = ChatRequest.model_validate(json.loads(await request.body()))
         except (ValueError, ValidationError) as exc:
-            return _error(400, "BadRequestError", f"invalid chat completion request: {exc}")
-        refusal = self._refusal(chat)
+            message = f"invalid chat completion request: {exc}"
+            return self._error(Refusal(400, "BadRequestError", message))
+        # In vLLM's order: the request model, the served name, a dead engine, the tool flags,
+        # then the context length while the prompt is rendered.
+        refusal = invalid_request(chat) or unknown_model(chat, self.settings.served_model_names)
         if refusal is not None:
-            return refusal
+            return self._error(refusal)
+        if self.engine_dead:
+            return self._engine_died()
         prompt_tokens = count_prompt_tokens(chat)
         limit = chat.token_limit
-        if prompt_tokens + (limit or 1) > self.settings.max_model_len:
-            return _error(
-                400,
-                "BadRequestError",
-                f"This model's maximum context length is {self.settings.max_model_len} tokens. "
-                f"However, you requested {prompt_tokens + (limit or 0)} tokens "
-                f"({prompt_tokens} in the messages, {limit or 0} in the completion). "
-                "Please reduce the length of the messages or completion.",
-            )
+        refusal = tool_choice_refusal(
+            chat,
+            auto_tool_choice=self.settings.auto_tool_choice,
+            version=self.settings.vllm_version,
+        ) or context_refusal(
+            prompt_tokens=prompt_tokens, limit=limit, max_model_len=self.settings.max_model_len
+        )
+        if refusal is not None:
+            return self._error(refusal)
         plan = plan_completion(
             chat,
             persona=self.settings.persona,
             seed=self.settings.seed,
             latency_ms=self.settings.latency_ms,
         )
-        if plan.delay_s:
-            await asyncio.sleep(plan.delay_s)
-        if isinstance(plan.outcome, Hang):
-            logger.info("persona hang holds the request until the client goes away")
-            await self._until_gone(request)
-            return _error(503, "ServiceUnavailableError", "the server is shutting down")
-        if isinstance(plan.outcome, ServerFault):
-            logger.info("persona %s fails this request with 500", self.settings.persona.value)
-            return _error(500, "InternalServerError", "stand-in engine error (persona flaky)")
-        budget = limit if limit is not None else self.settings.max_model_len - prompt_tokens
-        reply, finish_reason = truncate(plan.outcome, budget)
-        usage = Usage(prompt_tokens, count_completion_tokens(reply))
+        async with self.stats.schedule(prompt_tokens) as running:
+            if plan.delay_s:
+                await asyncio.sleep(plan.delay_s)
+            if isinstance(plan.outcome, EngineDeath):
+                return self._engine_died()
+            if isinstance(plan.outcome, Hang):
+                logger.info("persona hang holds the request until the client goes away")
+                await self._until_gone(request)
+                message = "the server is shutting down"
+                return self._error(Refusal(503, "ServiceUnavailableError", message))
+            if isinstance(plan.outcome, ServerFault):
+                logger.info("persona %s fails this request with 500", self.settings.persona.value)
+                message = "stand-in engine error (persona flaky)"
+                return self._error(Refusal(500, "InternalServerError", message))
+            budget = limit if limit is not None else self.settings.max_model_len - prompt_tokens
+            reply, finish_reason = truncate(plan.outcome, budget)
+            usage = Usage(prompt_tokens, count_completion_tokens(reply))
+            # The engine knows only stop and length; "tool_calls" is the API's word.
+            running.finish(
+                usage.completion_tokens, "length" if finish_reason == "length" else "stop"
+            )
         served = chat.model or self.settings.served_model_names[0]
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -222,7 +295,8 @@ class _LlmApp:
                 created=created,
                 model=served,
                 reply=reply,
-                finish_reason=finish_reason,
+                # Streamed, vLLM ends a guided call with "tool_calls" once it sent one.
+                finish_reason="tool_calls" if reply.guided else finish_reason,
                 usage=usage if chat.include_usage else None,
             )
         )
@@ -234,24 +308,16 @@ class _LlmApp:
 
         return StreamingResponse(aiter_events(), media_type="text/event-stream")
 
-    def _refusal(self, chat: ChatRequest) -> Response | None:
-        """The 4xx vLLM gives before generating anything, or None."""
-        served = chat.model or self.settings.served_model_names[0]
-        if served not in self.settings.served_model_names:
-            return _error(404, "NotFoundError", f"The model `{served}` does not exist.")
-        if chat.tools and not self.settings.auto_tool_choice:
-            return _error(400, "BadRequestError", TOOLS_WITHOUT_FLAG)
-        choice = chat.tool_choice
-        if (isinstance(choice, NamedToolChoice) or choice == "required") and not chat.tools:
-            return _error(400, "BadRequestError", "When using `tool_choice`, `tools` must be set.")
-        names = {t.function.name for t in chat.tools or []}
-        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
-            return _error(
-                400,
-                "BadRequestError",
-                f"Tool '{choice.function.name}' has not been passed in `tools`.",
-            )
-        return None
+    def _engine_died(self) -> Response:
+        """vLLM's answer once its engine is dead: 500 with an empty body, then shut down.
+
+        Its engine-error handler tells uvicorn to exit, and the server then stops as after
+        SIGTERM: in-flight requests end, and the process exits 0 (vLLM issue #48966).
+        """
+        if not self.engine_dead:
+            logger.error("persona dead: the engine died; answering 500 and shutting down")
+            self.engine_dead = True
+        return Response(status_code=500, background=BackgroundTask(self.stopping.set))
 
     async def _until_gone(self, request: Request) -> None:
         """Wait until the client disconnects or the server is told to stop."""
@@ -269,11 +335,17 @@ class _LlmApp:
 
 
 def build_app(settings: LlmSettings, *, stopping: asyncio.Event) -> Starlette:
-    """The ASGI app: ``/health``, ``/v1/models``, ``/v1/chat/completions``."""
+    """The ASGI app: ``/health``, ``/version``, ``/metrics``, ``/v1/models``,
+    ``/v1/chat/completions``; only ``/v1`` needs the key, as in vLLM.
+
+    Setting *stopping* shuts the server down (persona dead does, once its engine died).
+    """
     handlers = _LlmApp(settings, stopping)
     return Starlette(
         routes=[
             Route("/health", handlers.health, methods=["GET"]),
+            Route("/version", handlers.version, methods=["GET"]),
+            Route("/metrics", handlers.metrics, methods=["GET"]),
             Route("/v1/models", handlers.models, methods=["GET"]),
             Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
         ]
@@ -286,7 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging([settings.api_key or ""])
     stopping = asyncio.Event()
     logger.info(
-        "stand-in vLLM: model %s, persona %s, seed %d, latency %d ms, auth %s",
+        "stand-in vLLM %s: model %s, persona %s, seed %d, latency %d ms, auth %s",
+        settings.vllm_version.text,
         settings.served_model_names[0],
         settings.persona.value,
         settings.seed,

@@ -99,10 +99,15 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the stand-in model answers: text, tool calls, or (persona blank) neither."""
+    """What the stand-in model answers: text, tool calls, or (persona blank) neither.
+
+    *guided*: the call was forced by a named or "required" ``tool_choice`` and decoded against
+    the tool's schema; vLLM reports it differently from a call its tool parser found.
+    """
 
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
+    guided: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,17 +154,32 @@ def count_prompt_tokens(request: ChatRequest) -> int:
 
 
 def count_completion_tokens(reply: Reply) -> int:
-    """Tokens of a reply, at least one (the end-of-sequence token of a blank answer)."""
-    calls = sum(count_tokens(c.name) + count_tokens(c.arguments) for c in reply.tool_calls)
+    """Tokens of a reply, at least one (the end-of-sequence token of a blank answer).
+
+    A guided call's name is forced by the grammar, so only its arguments are generated.
+    """
+    calls = sum(
+        count_tokens(c.arguments) + (0 if reply.guided else count_tokens(c.name))
+        for c in reply.tool_calls
+    )
     return max(1, count_tokens(reply.content) + calls)
 
 
 def truncate(reply: Reply, limit: int | None) -> tuple[Reply, str]:
-    """Cut the reply's text to *limit* tokens; return it with its finish reason.
+    """Cut the reply to *limit* tokens; return it with its (non-streamed) finish reason.
 
-    Tool calls are never cut: the stand-in's calls are always complete JSON, like vLLM's
-    guided decoding of a named choice, which is what the capability probe relies on.
+    A guided call is generated like text, so ``max_tokens`` cuts its arguments (invalid JSON,
+    "length"); a complete one finishes "stop", never "tool_calls", as in vLLM's non-streamed
+    answer. A call a tool parser found is never cut: the stand-in's are always complete.
     """
+    if reply.guided:
+        cut = tuple(
+            ToolCall(c.id, c.name, c.arguments[: limit * 4] if limit is not None else c.arguments)
+            for c in reply.tool_calls
+        )
+        if cut != reply.tool_calls:
+            return Reply(reply.content, cut, guided=True), "length"
+        return reply, "stop"
     if reply.tool_calls:
         return reply, "tool_calls"
     if limit is not None and count_tokens(reply.content) > limit:
@@ -173,7 +193,8 @@ def completion_body(
     """A non-streaming ``chat.completion`` object."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
-        message["content"] = reply.content or None
+        # vLLM answers a guided call with content "", a parsed one with null.
+        message["content"] = reply.content if reply.guided else reply.content or None
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in reply.tool_calls
@@ -239,9 +260,11 @@ def iter_chunk_bodies(
         }
 
 
-def error_body(message: str, *, error_type: str, code: int) -> dict[str, Any]:
-    """vLLM's error object: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+def error_body(message: str, *, error_type: str, code: int, nested: bool) -> dict[str, Any]:
+    """vLLM's error object: ``{"error": {"message", "type", "param", "code"}}`` when *nested*
+    (vLLM 0.10.1 on), else the older flat ``{"object": "error", "message", ...}``."""
+    fields = {"message": message, "type": error_type, "param": None, "code": code}
+    return {"error": fields} if nested else {"object": "error", **fields}
 
 
 def sse_data(payload: dict[str, Any] | str) -> str:

@@ -48,6 +48,7 @@ class Persona(StrEnum):
     FLAKY = "flaky"
     SLOW = "slow"
     HANG = "hang"
+    DEAD = "dead"
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,16 @@ class Hang:
 
 
 @dataclass(frozen=True)
+class EngineDeath:
+    """The engine dies: answer 500 with an empty body, then the server exits (persona dead)."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """What to do with one request: wait ``delay_s``, then reply, fail or hang."""
 
     delay_s: float
-    outcome: Reply | ServerFault | Hang
+    outcome: Reply | ServerFault | Hang | EngineDeath
 
 
 def request_digest(seed: int, messages: Sequence[dict[str, Any]]) -> bytes:
@@ -83,8 +89,8 @@ def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latenc
 
     A guided request (a named ``tool_choice``, or "required") always gets a valid call whose
     arguments satisfy the tool's schema, whatever the persona, as vLLM's guided decoding
-    guarantees: persona flaky does not fail it and persona hang answers it. Latency applies
-    to every request.
+    guarantees: persona flaky does not fail it and persona hang answers it. Only persona dead
+    fails it: guided decoding does not keep an engine alive. Latency applies to every request.
     """
     digest = request_digest(seed, request.messages)
     rng = random.Random(digest)
@@ -94,12 +100,14 @@ def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latenc
     topic = _topic(request.messages)
     call_id = _CallIds(digest)
 
+    if persona is Persona.DEAD:
+        return Plan(delay_ms / 1000, EngineDeath())
     if isinstance(choice, NamedToolChoice):
         tool = next(t for t in tools if t.function.name == choice.function.name)
-        return Plan(delay_ms / 1000, Reply("", (_valid_call(tool, rng, topic, call_id()),)))
+        return Plan(delay_ms / 1000, _guided_call(tool, rng, topic, call_id()))
     if choice == "required":
         tool = _artifact_tool(tools)
-        return Plan(delay_ms / 1000, Reply("", (_valid_call(tool, rng, topic, call_id()),)))
+        return Plan(delay_ms / 1000, _guided_call(tool, rng, topic, call_id()))
     if persona is Persona.HANG:
         return Plan(delay_ms / 1000, Hang())
     # The first draw decides flakiness so that it depends on nothing but seed and messages.
@@ -151,6 +159,10 @@ def _valid_call(tool: ToolDefinition, rng: random.Random, topic: str, call_id: s
     schema = tool.function.parameters or {"type": "object", "properties": {}}
     arguments = generate_value(schema, rng=rng, topic=topic, name=tool.function.name)
     return ToolCall(call_id, tool.function.name, json.dumps(arguments))
+
+
+def _guided_call(tool: ToolDefinition, rng: random.Random, topic: str, call_id: str) -> Reply:
+    return Reply("", (_valid_call(tool, rng, topic, call_id),), guided=True)
 
 
 def _artifact_tool(tools: Sequence[ToolDefinition]) -> ToolDefinition:

@@ -22,11 +22,18 @@ GRACE_S = 3
 
 
 class _StandinServer(uvicorn.Server):
-    """uvicorn's server, but a signal also wakes the app's waiters and the exit code stays 0."""
+    """uvicorn's server, but a signal also wakes the app's waiters and the exit code stays 0;
+    the app can stop it too, by setting the same event."""
 
     def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
         super().__init__(config)
         self._stopping = stopping
+
+    async def on_tick(self, counter: int) -> bool:
+        # Checked every 0.1 s: a graceful shutdown, exactly as after SIGTERM.
+        if self._stopping.is_set():
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -72,8 +79,9 @@ def run_app(app: ASGIApp, *, host: str, port: int, stopping: asyncio.Event) -> i
     """Serve *app* on exactly *host*:*port* until SIGTERM/SIGINT; return the exit code.
 
     *stopping* is set when the signal arrives, so requests that would otherwise wait forever
-    (a hanging model, a long turn) can end before the grace period runs out. Call
-    `configure_logging` first: uvicorn's records go through the same redacting handler.
+    (a hanging model, a long turn) can end before the grace period runs out; the app may set
+    it itself to shut the server down the same way. Call `configure_logging` first:
+    uvicorn's records go through the same redacting handler.
     """
     config = uvicorn.Config(
         app,

@@ -66,6 +66,8 @@ class LlmSpec:
     tools: bool = True
     max_model_len: int = 8192
     api_key: str = API_KEY
+    vllm_version: str | None = None
+    max_num_seqs: int | None = None
     stop_signal: signal.Signals = signal.SIGTERM
     replica: int = 0
 
@@ -83,6 +85,8 @@ class LlmSpec:
             latency_ms=self.latency_ms,
             seed=self.seed,
             api_key=self.api_key,
+            vllm_version=self.vllm_version,
+            max_num_seqs=self.max_num_seqs,
             name=self.name,
         )
         return dataclasses.replace(service, stop_signal=self.stop_signal)

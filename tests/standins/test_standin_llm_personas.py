@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from pytest_haico.standins.agent import WriteDocumentArgs
 from pytest_haico.standins.personas import SLOW_EXTRA_MS, Persona
+from tests.polling import wait_for
 from tests.standins.standin_http import (
     TOOLS,
     PlaceOrder,
@@ -22,9 +23,10 @@ from tests.standins.standin_http import (
     tool_arguments,
     user,
 )
-from tests.standins.standin_procs import LlmServers
+from tests.standins.standin_procs import LlmServer, LlmServers
 
-PERSONAS = [p.value for p in Persona]
+# The personas that answer; persona dead answers once, then its server is gone.
+PERSONAS = [p.value for p in Persona if p is not Persona.DEAD]
 ARTIFACT_TURN = user("Please write a report about Crete.")
 QUESTION = user("What is the capital of Crete?")
 NAMED = {"type": "function", "function": {"name": "place_order"}}
@@ -181,3 +183,46 @@ def test_tool_choice_required_always_gets_a_valid_call(
 ) -> None:
     response = chat(llm_server(persona).base_url, QUESTION, tools=TOOLS, tool_choice="required")
     WriteDocumentArgs.model_validate(tool_arguments(message_of(response)))
+
+
+def wait_for_exit(server: LlmServer, *, timeout: float = 10.0) -> int:
+    """The exit status of *server*'s process, once it has exited by itself."""
+    wait_for(
+        lambda: server.process.exit_status() is not None,
+        timeout=timeout,
+        what=f"{server.process.service.name} to exit",
+    )
+    status = server.process.exit_status()
+    assert status is not None
+    return status
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_dead_answers_500_with_an_empty_body_then_exits(
+    llm_server: LlmServers, stream: bool
+) -> None:
+    server = llm_server("dead", replica=1 + stream)  # each test kills its own
+    assert get(server.base_url + "/health").status_code == 200
+    response = chat(server.base_url, QUESTION, tools=TOOLS, stream=stream)
+    assert response.status_code == 500
+    assert response.content == b""
+    # As vLLM's server does after its engine died: a graceful shutdown, exit status 0.
+    assert wait_for_exit(server) == 0
+    assert "the engine died" in server.process.log_path.read_text()
+    with pytest.raises(httpx.ConnectError):
+        get(server.base_url + "/health")
+
+
+def test_dead_fails_a_named_tool_choice_too(llm_server: LlmServers) -> None:
+    server = llm_server("dead", replica=3)
+    response = chat(server.base_url, QUESTION, tools=TOOLS, tool_choice=NAMED)
+    assert (response.status_code, response.content) == (500, b"")
+    assert wait_for_exit(server) == 0
+
+
+def test_dead_still_refuses_a_bad_request_first(llm_server: LlmServers) -> None:
+    server = llm_server("dead", replica=4)
+    assert chat(server.base_url, QUESTION, model="other").status_code == 404
+    assert server.process.exit_status() is None
+    assert chat(server.base_url, QUESTION).status_code == 500
+    assert wait_for_exit(server) == 0

@@ -68,6 +68,24 @@ def test_a_tool_call_streams_as_header_fragments_and_finish(llm_server: LlmServe
     assert whole["tool_calls"][0]["id"] == header["id"]
 
 
+def test_a_guided_call_streams_like_a_parsed_one_and_ends_with_tool_calls(
+    llm_server: LlmServers,
+) -> None:
+    base_url = llm_server().base_url
+    named = {"type": "function", "function": {"name": "write_document"}}
+    chunks = stream_chunks(base_url, user("hello"), tools=TOOLS, tool_choice=named)
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert calls[0]["function"] == {"name": "write_document", "arguments": ""}
+    arguments = "".join(c["function"]["arguments"] for c in calls)
+    # Unlike the non-streamed answer ("stop"): vLLM marks a stream that sent a call.
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    whole = chat(base_url, user("hello"), tools=TOOLS, tool_choice=named).json()
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    assert whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == arguments
+    WriteDocumentArgs.model_validate_json(arguments)
+
+
 def test_include_usage_ends_the_stream_with_a_usage_chunk(llm_server: LlmServers) -> None:
     base_url = llm_server().base_url
     options = {"stream_options": {"include_usage": True}}
