@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "provenance": {"config", "stack"},
     "standins": set(),
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance"},
+    "gates": {"config", "ledger"},
 }
 
 
