@@ -33,8 +33,11 @@ def test_int_inherited_as_ignored_still_interrupts_the_run(campaign: CampaignPro
     run.send_signal(signal.SIGINT)
     assert run.wait(timeout=60) == 75, run.output()
     records = campaign.records("a")
-    assert records[-1]["verdict"] == "interrupted"
-    assert {r["verdict"] for r in records[:-1]} <= {"completed"}
+    assert len(records) < 20  # it stopped early
+    # The item running at the signal is recorded interrupted, unless the signal came while
+    # its completed record was being written: then that record stands, whole.
+    assert [r["verdict"] for r in records[:-1]] == ["completed"] * (len(records) - 1)
+    assert records[-1]["verdict"] in ("completed", "interrupted")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1])
