@@ -161,6 +161,20 @@ class Runner(Generic[K, R, F]):
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._cancel_tasks)
 
+    def cancel_after(self, delay: float, reason: str) -> None:
+        """Stop admitting now; cancel what is still running `delay` seconds from now.
+
+        Safe from a signal handler: it starts no thread and takes no lock the interrupted
+        code could hold (the loop's own timer does the waiting).
+        """
+        self.stop_admitting(reason)
+        with self._lock:
+            loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
+            loop.call_soon_threadsafe(loop.call_later, delay, self._cancel_tasks)
+
     def drain(self, timeout: float, *, reason: str = "the run is draining") -> None:
         """Stop admitting, give in-flight coroutines ``timeout`` seconds, then cancel them.
 

@@ -158,3 +158,25 @@ def test_cancel_in_flight_cancels_at_once_without_waiting_and_admits_nothing_mor
     with pytest.raises(NotAdmittedError, match="postgres died"):
         runner.wait("queued", timeout=0)
     assert runner.stop_reason == "postgres died"
+
+
+def test_cancel_after_stops_admitting_now_and_cancels_stragglers_later_without_a_thread(
+    make_runner: MakeRunner, gates: Gates
+) -> None:
+    async def interrupted() -> str:
+        try:
+            await gates.pass_("a")
+        except asyncio.CancelledError:
+            return "interrupted"
+        return "answer"
+
+    runner = make_runner(concurrency=1)
+    runner.submit("a", interrupted)
+    runner.submit("queued", interrupted)
+    gates.wait_started("a")
+    threads = threading.active_count()
+    runner.cancel_after(0.05, "SIGUSR1: draining")
+    assert threading.active_count() == threads  # safe from a signal handler: no new thread
+    with pytest.raises(NotAdmittedError, match="SIGUSR1"):
+        runner.wait("queued", timeout=0)
+    assert runner.wait("a", timeout=TIMEOUT) == "interrupted"
