@@ -79,9 +79,12 @@ from pytest_haico import Verdict
 def test_conversation(haico_conversation):
     assert haico_conversation.verdict is Verdict.COMPLETED, haico_conversation.explain()
 """
+# Plugins that are not ours: langsmith's (from the stand-ins' LangChain) costs only at
+# start-up, which is not measured here; hypothesis's is a test dependency of this repository,
+# not of a campaign's environment, and its terminal summary alone takes over a second at exit.
 PYPROJECT = (
     '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
-    'addopts = "-p no:langsmith_plugin"\n'
+    'addopts = "-p no:langsmith_plugin -p no:hypothesispytest"\n'
 )
 
 
