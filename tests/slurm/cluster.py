@@ -167,6 +167,50 @@ class SlurmCluster:
             argv, env={**os.environ, **self.env}, capture_output=True, text=True, check=check
         )
 
+    def job_fields(self, job: str) -> dict[str, str]:
+        """The job's ``scontrol -o show job`` fields (JobState, ExitCode, EndTime...) while the
+        controller keeps it (MinJobAge); empty when it does not know the job."""
+        lines = self.run("scontrol", "-o", "show", "job", job).stdout.splitlines()
+        return _fields(lines[0]) if lines else {}
+
+    def completion_fields(self, job: str) -> dict[str, str]:
+        """The job completion log's (jobcomp/filetxt) last line for the job; empty if none.
+        Its ExitCode is 0:0 for a CANCELLED or TIMEOUT job: `job_fields` has the real one."""
+        if not self.jobcomp.exists():
+            return {}
+        lines = [
+            line
+            for line in self.jobcomp.read_text(errors="replace").splitlines()
+            if line.startswith(f"JobId={job} ")
+        ]
+        return _fields(lines[-1]) if lines else {}
+
+    def config_value(self, name: str) -> str:
+        """A setting as the running controller reports it: ``KillWait`` -> ``5 sec``."""
+        for line in self.run("scontrol", "show", "config", check=True).stdout.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == name:
+                return value.strip()
+        raise KeyError(name)
+
+    def processes_of_job(self, job: str) -> list[str]:
+        """``PID: command line`` of every live process of this cluster's `job`, by its
+        environment (SLURM_JOB_ID and SLURM_CONF, which every child inherits): the batch
+        shell and everything it started, services included."""
+        marks = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_CONF={self.conf}".encode()}
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                environ = set((proc / "environ").read_bytes().split(b"\0"))
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marks <= environ and _alive(int(proc.name)):
+                found.append(f"{proc.name}: {cmdline.decode(errors='replace')}")
+        return found
+
     def log_tail(self, daemon: str, lines: int = 20) -> str:
         path = self.base / "log" / f"{daemon}.log"
         if not path.exists():
@@ -183,6 +227,11 @@ class SlurmCluster:
             return int(path.read_text().strip())
         except (OSError, ValueError):
             return None
+
+
+def _fields(line: str) -> dict[str, str]:
+    """``KEY=VALUE`` words of one Slurm record line."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
 
 
 def _alive(pid: int) -> bool:
