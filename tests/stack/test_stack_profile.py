@@ -30,6 +30,7 @@ def test_llm_and_backend_command_lines(tmp_path: Path) -> None:
         substitute_model="other/model",
         rate_limit_rpm=30,
     )
+    assert stack.llm is not None  # the stand-in model server: no --haico-model-endpoint
     assert list(stack.llm.argv(20001)) == [
         sys.executable, "-m", "pytest_haico.standins.llm",
         "--model", "stand-in", "--served-model-name", "stand-in",
