@@ -164,7 +164,7 @@ class CampaignPlugin:
         try:
             return (yield)
         except (KeyboardInterrupt, pytest.exit.Exception) as exc:
-            if state is not None and not self.sessions.never_started(state):
+            if state is not None and not self.sessions.holds_conversation(state):
                 message = str(exc) or "the session was interrupted"
                 # A failed write must not hide the interrupt; the recorder keeps the failure.
                 with contextlib.suppress(LedgerWriteError), self.signals.deferred():

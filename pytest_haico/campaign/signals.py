@@ -94,7 +94,8 @@ class SessionSignals:
         neither waits for nor disturbs a write to sys.stderr that the handler interrupted."""
         if self._stderr is not None:
             with contextlib.suppress(OSError):
-                os.write(self._stderr, f"haico: {line}\n".encode())
+                # On a line of its own, whatever pytest's progress line was at.
+                os.write(self._stderr, f"\nhaico: {line}\n".encode())
 
     def _interrupt(self, error: KeyboardInterrupt) -> None:
         if self._deferring:

@@ -108,13 +108,25 @@ def _early_end_lines(sessions: ArmRuns, attempts: list[ItemAttempt]) -> list[str
     tally = f"{interrupted} recorded interrupted, {not_started} not started"
     lines = []
     if sessions.emergency is not None:
+        periodic = any(
+            path.name.startswith("periodic-")
+            for run in sessions.runs.values()
+            if run.dumps is not None
+            for path in run.dumps.written
+        )
+        newest = " (the newest periodic dump is the last)" if periodic else ""
         lines.append(
-            f"terminated (exit {EXIT_RESUBMIT}): {sessions.emergency}; {tally}; no final dump "
-            "(the newest periodic dump is the last)"
+            f"terminated (exit {EXIT_RESUBMIT}): {sessions.emergency}; {tally}; "
+            f"no final dump{newest}"
         )
     drain = sessions.drain
     if drain is not None:
-        how = "ended early by a second USR1" if drain.ended_early else "then cancelled"
+        if drain.ended_early:
+            how = "ended early by a second USR1"
+        elif sessions.emergency is not None:
+            how = "cut short by SIGTERM"
+        else:
+            how = "then cancelled"
         lines.append(
             f"drained (exit {EXIT_RESUBMIT}): {drain.reason}: {drain.in_flight} conversation(s) "
             f"in flight were given --haico-drain-timeout {drain.timeout_s:g} s, {how}; {tally}"

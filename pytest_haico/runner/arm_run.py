@@ -280,6 +280,12 @@ class ArmRun:
         if self._runner is not None:
             self._runner.stop_admitting(reason)
 
+    def cancel_after(self, delay: float, reason: str) -> None:
+        """Start no more conversations; cancel those still in flight `delay` seconds from
+        now (recorded interrupted). Safe from a signal handler."""
+        if self._runner is not None:
+            self._runner.cancel_after(delay, reason)
+
     def cancel_in_flight(self, reason: str) -> None:
         """End the conversations in flight now (recorded interrupted). Safe from a signal
         handler."""

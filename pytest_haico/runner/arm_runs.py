@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -58,7 +57,6 @@ class ArmRuns:
         self.emergency: str | None = None  # SIGTERM: stop now, no final dump
         self.starting = False  # a stack is starting on the main thread
         self.tearing_down = False
-        self._drain_timer: threading.Timer | None = None
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
         self._failures: dict[str, str] = {}
@@ -123,15 +121,11 @@ class ArmRuns:
     def stop_all(self) -> None:
         """Stop every arm: at the session's end, or at once on an interrupt."""
         self.tearing_down = True
-        try:
-            for arm, session in self._sessions.items():
-                try:
-                    session.stop(final_dump=self.emergency is None)
-                except Exception:  # one arm's cleanup must not keep the others running
-                    _log.exception("haico: stopping the stack of arm %s", arm)
-        finally:
-            if self._drain_timer is not None:
-                self._drain_timer.cancel()
+        for arm, session in self._sessions.items():
+            try:
+                session.stop(final_dump=self.emergency is None)
+            except Exception:  # one arm's cleanup must not keep the others running
+                _log.exception("haico: stopping the stack of arm %s", arm)
 
     # -- ending early: called from signal handlers, so nothing here waits ---------------
 
@@ -144,14 +138,10 @@ class ArmRuns:
             return
         in_flight = sum(s.in_flight for s in self._sessions.values() if not s.stopped)
         self.drain = Drain(reason=reason, timeout_s=timeout_s, in_flight=in_flight)
-        for session in self._sessions.values():
-            session.stop_admitting(reason)
-        message = f"{reason}: cancelled after --haico-drain-timeout {timeout_s:g} s"
-        timer = threading.Timer(timeout_s, self.cancel_in_flight, args=(message,))
-        timer.daemon = True
-        timer.name = "haico-drain"
-        timer.start()
-        self._drain_timer = timer
+        # Each runner's own loop keeps the deadline: a signal handler must start no thread
+        # (the interrupted code may hold the lock a new thread needs to start).
+        for session in list(self._sessions.values()):
+            session.cancel_after(timeout_s, reason)
 
     def terminate(self, reason: str) -> None:
         """The emergency path: cancel what is in flight, kill a running dump, no final dump."""
@@ -184,14 +174,11 @@ class ArmRuns:
             return None
         return reason
 
-    def never_started(self, state: ItemAttempt) -> bool:
-        """Whether the item holds a conversation that was never started: an interrupt
-        leaves no record for it (nothing ran, so there is nothing to resume)."""
-        arm = state.spec.arm.name
-        if state not in self._attempts.get(arm, ()):
-            return False  # a plain item: its own body is what ran
-        session = self._sessions.get(arm)
-        return session is None or not session.was_admitted(state)
+    def holds_conversation(self, state: ItemAttempt) -> bool:
+        """Whether the item's work is a conversation of the runner: then the runner records
+        it (with the turns it had) when it ends or is cancelled, or nothing if it never
+        started; an interrupt of the item itself records nothing."""
+        return state in self._attempts.get(state.spec.arm.name, ())
 
     def _no_new_stack(self) -> str | None:
         """Why no stack may start any more (a drain, the walltime, SIGTERM), or None."""

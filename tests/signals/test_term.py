@@ -28,7 +28,10 @@ def test_term_records_the_conversations_in_flight_interrupted_and_writes_no_fina
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 75, run.output()
     assert verdicts(campaign) == ["interrupted", "interrupted"]
+    # Each keeps the turn it was in, the item pytest was waiting on included.
+    assert all(len(record["turns"]) == 1 for record in campaign.records("demo"))
     assert "terminated (exit 75): SIGTERM" in run.output()
+    assert "no final dump\n" in run.output()  # and no promise of a periodic one
     run_path = run_dir(campaign)
     assert dumps(run_path, "final") == []
     assert services_alive(run_path) == []
