@@ -458,11 +458,18 @@ class ArmRun:
         except httpx.HTTPError:
             pass
         deadline = time.monotonic() + MODEL_EXIT_GRACE_S
-        while time.monotonic() < deadline:
-            death = watch.check()
-            if death is not None:
-                return death
-            await asyncio.sleep(0.1)
+        try:
+            while time.monotonic() < deadline:
+                death = watch.check()
+                if death is not None:
+                    return death
+                await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            # The watch found the death first and cancelled what was in flight: that death
+            # is this conversation's answer.
+            if watch.death is None:
+                raise
+            return watch.death
         return None
 
     def _with_death(self, result: ConversationResult) -> ConversationResult:

@@ -402,7 +402,7 @@ def test_walltime_job_times_out_with_every_item_recorded_interrupted_or_not_star
     (in_flight,) = summary_groups(
         log,
         r"drained \(exit 75\): SIGUSR1: draining: (\d+) conversation\(s\) in flight were given "
-        rf"--haico-drain-timeout 90 s, then cancelled; {tally}",
+        rf"--haico-drain-timeout 90 s, cut short by SIGTERM; {tally}",
     )
     assert 1 <= int(in_flight) <= 3
 
