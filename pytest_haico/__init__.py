@@ -9,7 +9,8 @@ The package's parts, and which way their imports run (a test enforces it):
     stack/       services, ports, Postgres, janitor, profiles
     ledger/      records, verdicts, durable append, resume, recorder, run directories
     config/      settings, arms and scripts, cluster.env, items and identity
-    provenance/  what a run leaves for later: pg_dumps of the backend's database
+    provenance/  what a run leaves for later: pg_dumps, run-config.env/.json
+    gates/       the preflight gates, each a small timed check (config and ledger only)
     standins/    the local profile's model server and backend, reached over HTTP only
 
 campaign may import every part but the stand-ins; runner may import driver, stack, ledger,
