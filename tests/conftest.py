@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from pytest_haico.stack import Orchestrator, PostgresService
 from tests.harness import CampaignProject, clear_campaign_environment
+from tests.standins.standin_procs import BackendServers, Launcher, LlmServers
+
+Mount = Callable[..., Path]
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +42,54 @@ def campaign(
         yield project
     finally:
         project.stop_background_runs()
+
+
+@pytest.fixture(scope="session")
+def standin_launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
+    """Session-wide cache of running stand-ins, started and stopped by the stack's orchestrator."""
+    launcher = Launcher(
+        tmp_path_factory.mktemp("standin-logs"), tmp_path_factory.mktemp("standin-state")
+    )
+    try:
+        yield launcher
+    finally:
+        launcher.stop_all()
+
+
+@pytest.fixture(scope="session")
+def llm_server(standin_launcher: Launcher) -> LlmServers:
+    """``llm_server(persona, seed=0, ...)``: a running stand-in vLLM, shared per argument set."""
+    return LlmServers(standin_launcher)
+
+
+@pytest.fixture(scope="session")
+def backend_server(standin_launcher: Launcher, postgres_dsn: str) -> BackendServers:
+    """``backend_server(rate_limit_rpm=2, ...)``: a running stand-in backend, own database."""
+    return BackendServers(standin_launcher, postgres_dsn)
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Mount]:
+    """`tmpfs(path, size="64k", read_only=False)` mounts a small tmpfs at `path` (root only);
+    every mount is undone at teardown."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, *, size: str = "64k", read_only: bool = False) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        path.mkdir(parents=True, exist_ok=True)
+        options = f"size={size},mode=0755" + (",ro" if read_only else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        # Lazy: a file a failed run left open must not keep the mount.
+        subprocess.run(["umount", "--lazy", str(path)], check=False)

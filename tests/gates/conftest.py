@@ -1,18 +1,13 @@
-"""Fixtures of the gates' tests: real stand-in servers (shared per session), a scratch vLLM
-venv, a fake `scontrol`, and tiny tmpfs mounts (full, or read-only)."""
+"""Helpers of the gates' tests: a scratch vLLM venv and a fake `scontrol` (the stand-in
+servers and the tmpfs mounts are the shared fixtures of tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
+from tests.conftest import Mount
 
-from tests.standins.standin_procs import BackendServers, Launcher, LlmServers
-
-Mount = Callable[..., Path]
+__all__ = ["Mount"]
 
 HERMES_PARSER = """\
 from vllm.entrypoints.openai.tool_parsers.abstract_tool_parser import ToolParserManager
@@ -28,30 +23,6 @@ class MistralToolParser:
     pass
 """
 METADATA = "Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nSummary: stand-in\n"
-
-
-@pytest.fixture(scope="session")
-def standin_launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
-    """Session-wide cache of running stand-ins, started and stopped by the stack's orchestrator."""
-    launcher = Launcher(
-        tmp_path_factory.mktemp("gates-standin-logs"), tmp_path_factory.mktemp("gates-state")
-    )
-    try:
-        yield launcher
-    finally:
-        launcher.stop_all()
-
-
-@pytest.fixture(scope="session")
-def llm_server(standin_launcher: Launcher) -> LlmServers:
-    """``llm_server(persona, tools=False, ...)``: a running stand-in vLLM, shared per arguments."""
-    return LlmServers(standin_launcher)
-
-
-@pytest.fixture(scope="session")
-def backend_server(standin_launcher: Launcher, postgres_dsn: str) -> BackendServers:
-    """``backend_server(substitute_model=...)``: a running stand-in backend, own database."""
-    return BackendServers(standin_launcher, postgres_dsn)
 
 
 def make_vllm_venv(
@@ -100,30 +71,3 @@ def make_fake_scontrol(directory: Path, *, stdout: str, status: int = 0) -> Path
     )
     script.chmod(0o755)
     return directory
-
-
-@pytest.fixture
-def tmpfs() -> Iterator[Mount]:
-    """`tmpfs(path, size="64k", read_only=False)` mounts a small tmpfs at `path` (root only);
-    every mount is undone at teardown."""
-    mounted: list[Path] = []
-
-    def mount(path: Path, *, size: str = "64k", read_only: bool = False) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("mounting a tmpfs needs root")
-        path.mkdir(parents=True, exist_ok=True)
-        options = f"size={size},mode=0755" + (",ro" if read_only else "")
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        mounted.append(path)
-        return path
-
-    yield mount
-    for path in reversed(mounted):
-        subprocess.run(["umount", "--lazy", str(path)], check=False)
