@@ -55,7 +55,11 @@ class DatabaseDumps:
     def dump(self, kind: DumpKind) -> Path:
         """Write one complete dump and return its path; raises `DumpError`."""
         with self._lock:
-            self.dumps_dir.mkdir(parents=True, exist_ok=True)
+            if not self.dumps_dir.is_dir():
+                self.dumps_dir.mkdir(parents=True, exist_ok=True)
+                # A results directory: x wherever r is set, whatever the umask.
+                mode = self.file_mode | ((self.file_mode & 0o444) >> 2)
+                os.chmod(self.dumps_dir, mode)
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
             final = self._free_name(f"{kind}-{stamp}")
             partial = final.with_name(f".{final.name}.partial")

@@ -24,6 +24,7 @@ def test_a_run_keeps_its_newest_periodic_dump_and_a_final_one_and_leaves_earlier
     assert len(periodic) == 1 and len(final) == 1  # the older periodic ones were removed
     assert restorable(periodic[0]) and restorable(final[0])
     assert periodic[0].stat().st_mode & 0o777 == 0o640
+    assert (run_1 / "dumps").stat().st_mode & 0o777 == 0o750
     first.stdout.fnmatch_lines([f"  dumps:       {run_1 / 'dumps'}"])
     before = sorted(p.name for p in (run_1 / "dumps").iterdir())
 
