@@ -7,7 +7,8 @@ HaicoError
 │   ├── RateLimitedError the backend answered 429
 │   └── WireError        the backend sent something that is not an event of the wire format
 ├── StackError           a service failed to start, answer or stop
-│   └── PortInUseError   a co-tenant took a service's port after it was claimed
+│   ├── PortInUseError   a co-tenant took a service's port after it was claimed
+│   └── GateFailedError  a preflight gate failed before the arm's first item (exit 78)
 ├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
 ├── DumpError            pg_dump of the backend's database failed
 ├── ResultsError         the results directory cannot be used (unreadable ledger, read-only or
@@ -18,7 +19,12 @@ HaicoError
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_haico.gates.result import GateResult
 
 
 class HaicoError(Exception):
@@ -54,6 +60,15 @@ class WireError(InfraError):
 
 class PortInUseError(StackError):
     """The service could not bind its port: a co-tenant took it after it was claimed."""
+
+
+class GateFailedError(StackError):
+    """A preflight gate failed: the message is its failure line (which gate, why, how to
+    fix); `results` holds every gate run so far, the failed one last."""
+
+    def __init__(self, message: str, *, results: Sequence[GateResult]) -> None:
+        self.results = tuple(results)
+        super().__init__(message)
 
 
 class LedgerWriteError(HaicoError):

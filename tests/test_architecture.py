@@ -18,10 +18,10 @@ ALLOWED: dict[str, set[str]] = {
     "ledger": {"config"},
     "driver": {"config", "ledger.records", "ledger.verdicts"},
     "stack": {"config"},
-    "runner": {"config", "ledger", "driver", "stack", "provenance"},
+    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates"},
     "provenance": {"config", "stack"},
     "standins": set(),
-    "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance"},
+    "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates"},
     "gates": {"config", "ledger"},
 }
 

@@ -26,7 +26,6 @@ def check_supported(settings: Settings) -> None:
         ("--haico-profile cluster", settings.profile is Profile.CLUSTER, local),
         ("--haico-backend-image", settings.backend_image is not None, local),
         ("--haico-attach", settings.attach is not None, local),
-        ("--haico-gates-only", settings.gates_only, local),
     ]
     for option, given, advice in unsupported:
         if given:

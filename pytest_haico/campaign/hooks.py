@@ -89,6 +89,14 @@ class CampaignPlugin:
         # Outermost wrapper: after -k/-m and any reordering plugin (--ff, random order)
         # have run, select and group what is left.
         yield
+        self._select(config, items)
+        if self.settings.gates_only and items:
+            # The gates are the whole run: nothing is recorded, nothing is skipped.
+            self.selection.gated = len(items)
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
+
+    def _select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.parametrized:
             self._without_item_module(items)
             return
@@ -130,9 +138,11 @@ class CampaignPlugin:
     # -- running and recording ----------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> None:
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if session.config.option.collectonly:
-            return
+            return None
+        if self.settings.gates_only:
+            return self._gates_only(session)
         # Claim each arm's run directory before its first item: a collision shows now,
         # not after the first conversation.
         for arm in sorted({s.spec.arm.name for s in _attempts(session.items)}):
@@ -142,6 +152,16 @@ class CampaignPlugin:
                 raise pytest.UsageError(f"haico: {exc}") from None
         self._items = list(session.items)
         self.sessions.plan(session, session.items)
+        return None
+
+    def _gates_only(self, session: pytest.Session) -> bool | None:
+        """--haico-gates-only: each selected arm's gates (its stack started and stopped), and
+        no item; pytest's own loop has nothing to run (every item was deselected)."""
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            return None  # pytest's loop stops on the collection errors
+        for arm, specs in sorted(self.selection.in_scope.items()):
+            self.sessions.run_gates_only(arm, specs)
+        return True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

@@ -32,16 +32,27 @@ class Selection:
     not_selected: int = 0
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # hints on how this run selected items
+    # Arm -> its items in this run's scope (arm, stratum, shard, limit), done ones included.
+    in_scope: dict[str, list[ItemSpec]] = field(default_factory=dict)
+    gated: int = 0  # --haico-gates-only: the items deselected
 
     def status_lines(self, settings: Settings) -> list[str]:
         """The lines pytest prints after collection: ledger warnings, the status, notes."""
-        if not (self.to_run or self.done or self.not_selected or self.skipped_by_marks):
+        counted = self.to_run or self.done or self.not_selected or self.skipped_by_marks
+        if not counted and not settings.gates_only:
             return self.notes
         lines = [f"haico: ledger warning: {w}" for w in self.warnings[:_MAX_WARNINGS_SHOWN]]
         if len(self.warnings) > _MAX_WARNINGS_SHOWN:
             lines.append(
                 f"haico: ... and {len(self.warnings) - _MAX_WARNINGS_SHOWN} more ledger warnings"
             )
+        if settings.gates_only:
+            arms = ", ".join(sorted(self.in_scope)) or "none"
+            status = (
+                f"haico: --haico-gates-only: the gates of arm(s) {arms}; no item runs "
+                f"({self.gated} deselected)"
+            )
+            return [*lines, status, *self.notes]
         if settings.resume:
             again = f"{self.retries} retries"
             if self.resumed:
@@ -78,6 +89,10 @@ class Selector:
         With `claim`, each arm's shares are claimed before its ledger is read.
         """
         candidates, deselected = self._in_scope(items, specs)
+        for item in candidates:
+            spec = specs.get(item.nodeid)
+            if spec is not None:
+                self.selection.in_scope.setdefault(spec.arm.name, []).append(spec)
         if claim:
             self._claim(candidates, specs)
         indexes = self._resume_indexes(

@@ -1,5 +1,6 @@
-"""The end of a campaign session: the haico section of the terminal summary, and the exit
-code (pytest's own in strict mode; 0 finished, 75 resubmit, 78 no stack in campaign mode)."""
+"""The end of a campaign session: the haico section of the terminal summary (with the gates'
+tables under --haico-gates-only), and the exit code (pytest's own in strict mode; 0
+finished, 75 resubmit in campaign mode; 78 a gate failed or no stack, in both)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterable
 import pytest
 
 from pytest_haico.config.settings import ExitMode
+from pytest_haico.gates.result import first_failure, render_table
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.arm_runs import ArmRuns
@@ -24,17 +26,22 @@ def write_summary(
     attempts: Iterable[ItemAttempt],
     reported: set[str],
 ) -> None:
-    """Why the run stopped, if it stopped short; per arm: this run's verdicts and paths."""
+    """The gates' tables (--haico-gates-only); why the run stopped, if it stopped short; per
+    arm: this run's verdicts and paths."""
     verdicts = recorder.verdicts
     ledger_failure = _ledger_failure(recorder, sessions)
-    quiet = not (_stopped_short(sessions) or ledger_failure or sessions.stack_failure)
+    gated = sessions.settings.gates_only and bool(sessions.runs)
+    quiet = not (_stopped_short(sessions) or ledger_failure or sessions.stack_failure or gated)
     if not verdicts and quiet:
         return
     attempts = list(attempts)
     terminal.section("haico")
+    if gated:
+        _write_gate_tables(terminal, sessions)
     if sessions.stack_failure:
+        what = "gate failed" if sessions.gate_failed else "stack failed"
         terminal.write_line(
-            f"stack failed (exit {EXIT_STACK_FAILED}): {sessions.stack_failure}", red=True
+            f"{what} (exit {EXIT_STACK_FAILED}): {sessions.stack_failure}", red=True
         )
     for reason in (sessions.stop_reason, ledger_failure):
         if reason:
@@ -83,11 +90,14 @@ def exit_status(
     interrupted: bool,
 ) -> int:
     """The session's exit code, given pytest's `status` and what the campaign saw."""
-    # In both exit modes: the stack is bad (78), or the run stopped short (75).
+    # In both exit modes: a gate failed or the stack is bad (78), or the run stopped short (75).
     if sessions.stack_failure is not None:
         return EXIT_STACK_FAILED
     if _stopped_short(sessions) or recorder.write_failure is not None:
         return EXIT_RESUBMIT
+    gates_passed = sessions.settings.gates_only and bool(sessions.runs) and not interrupted
+    if gates_passed and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return pytest.ExitCode.OK  # every item was deselected: the gates were the run
     if mode is ExitMode.STRICT or status == pytest.ExitCode.USAGE_ERROR:
         return status
     if interrupted or status == pytest.ExitCode.INTERRUPTED or recorder.owed_retry:
@@ -99,6 +109,21 @@ def exit_status(
     ):
         return pytest.ExitCode.OK
     return status
+
+
+def _write_gate_tables(terminal: pytest.TerminalReporter, sessions: ArmRuns) -> None:
+    """--haico-gates-only: per arm, what its gates found, and where gates.json is."""
+    for arm, run in sorted(sessions.runs.items()):
+        failure = first_failure(run.gate_log.results)
+        if failure is not None:
+            verdict = f"gate {failure.name} FAILED"
+        elif sessions.failure(arm) is not None:
+            verdict = f"{len(run.gate_log.results)} passed, then the stack did not start"
+        else:
+            verdict = f"all {len(run.gate_log.results)} passed"
+        terminal.write_line(f"gates of arm {arm}: {verdict} ({run.gate_log.path})")
+        for line in render_table(run.gate_log.results).splitlines():
+            terminal.write_line(f"  {line}")
 
 
 def _early_end_lines(sessions: ArmRuns, attempts: list[ItemAttempt]) -> list[str]:

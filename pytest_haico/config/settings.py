@@ -102,7 +102,12 @@ OPTIONS = (
         "S",
     ),
     Option("exit", "exit-code semantics: strict (default) or campaign", "strict|campaign"),
-    Option("gates_only", "not available in this version", flag=True),
+    Option(
+        "gates_only",
+        "run each selected arm's preflight gates (its stack started and stopped), print the "
+        "table and run no item: exit 0 when all passed, 78 otherwise",
+        flag=True,
+    ),
     Option("backend_image", "not available in this version", "REF"),
     Option(
         "backend_cmd",

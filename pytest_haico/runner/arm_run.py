@@ -23,6 +23,7 @@ from pytest_haico.driver.conversation import (
 )
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import DumpError, LedgerWriteError, StackError
+from pytest_haico.gates.result import GateResult, arun_gates, run_gates
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
@@ -37,6 +38,7 @@ from pytest_haico.provenance.runconfig import (
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.loop import Runner
+from pytest_haico.runner.preflight import GateLog, StaticGates, dynamic_gates, make_canary
 from pytest_haico.runner.walltime import WalltimeAdmission
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
 from pytest_haico.stack.orchestrator import ServiceTiming
@@ -105,6 +107,8 @@ class ArmRun:
         on_admission_stop: Callable[[str], None],
         dump_interval_s: float,
         drain_margin_s: float,
+        static_gates: StaticGates,
+        gates_only: bool = False,
         backend_command: BackendCommand | None = None,
         model_endpoint: ModelEndpoint | None = None,
         provenance: Callable[[], Mapping[str, str]] = dict,
@@ -117,6 +121,8 @@ class ArmRun:
         self.on_admission_stop = on_admission_stop
         self.dump_interval_s = dump_interval_s
         self.drain_margin_s = drain_margin_s
+        self.static_gates = static_gates
+        self.gates_only = gates_only
         self.backend_command = backend_command
         self.model_endpoint = model_endpoint
         self.provenance = provenance  # what run-config records before the stack starts
@@ -126,6 +132,7 @@ class ArmRun:
         self.dump_failure: str | None = None
         self.admission: WalltimeAdmission | None = None
         self.claim: RunClaim = recorder.claim(arm.name)
+        self.gate_log = GateLog(self.claim.path / "gates.json", file_mode=recorder.file_mode)
         self.paths: ArmPaths = recorder.paths(arm.name)
         self.stack: Stack | None = None
         self.view: HaicoStack | None = None
@@ -155,9 +162,13 @@ class ArmRun:
         return (self._stopped_at or time.monotonic()) - self._started_at
 
     def start(self) -> HaicoStack:
-        """Start the stack, then the runner; leak-proof (a failure stops what started).
+        """Run the static gates, start the stack, run the dynamic gates, then start the
+        dumps, the service watch and the conversations' runner; leak-proof (a failure stops
+        what started). With `gates_only` it stops short after the dynamic gates: the caller
+        then stops the stack, and no conversation runs.
 
-        Every failure to start is a `StackError`, whatever raised it.
+        Every failure to start is a `StackError`, whatever raised it; a failed gate is its
+        `GateFailedError`. gates.json in the run directory holds every gate run.
         """
         self._started_at = time.monotonic()
         try:
@@ -169,6 +180,13 @@ class ArmRun:
 
     def _start(self) -> HaicoStack:
         arm = self.arm
+        self.admission = WalltimeAdmission(
+            self.recorder.job.job_id, self.paths.ledger_dir, drain_margin_s=self.drain_margin_s
+        )
+        self.gate_log.check(
+            run_gates(self.static_gates(self.admission), redactor=self.redactor),
+            redactor=self.redactor,
+        )
         stack = build_local_stack(
             self.claim.path / "logs",
             served_name=arm.served_name,
@@ -190,18 +208,8 @@ class ArmRun:
         self.stack = stack
         self.redactor = Redactor(stack.secrets)
         self.recorder.use_redactor(arm.name, self.redactor)
-        self.admission = WalltimeAdmission(
-            self.recorder.job.job_id, self.paths.ledger_dir, drain_margin_s=self.drain_margin_s
-        )
         stack.start()
         try:
-            self.dumps = DatabaseDumps(
-                stack.postgres,
-                self.claim.path / "dumps",
-                interval_s=self.dump_interval_s,
-                file_mode=self.recorder.file_mode,
-            )
-            self.dumps.start_periodic()
             runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
                 concurrency=self.concurrency,
                 finish=self._finish,
@@ -211,6 +219,18 @@ class ArmRun:
             self._runner = runner
             runner.start()
             runner.call(self._open)
+            self.gate_log.check(runner.call(self._dynamic_gates), redactor=self.redactor)
+            view = _view(arm.name, stack)
+            if self.gates_only:
+                self.view = view
+                return view
+            self.dumps = DatabaseDumps(
+                stack.postgres,
+                self.claim.path / "dumps",
+                interval_s=self.dump_interval_s,
+                file_mode=self.recorder.file_mode,
+            )
+            self.dumps.start_periodic()
             self._watch = ServiceWatch(
                 lambda: stack.orchestrator.processes,
                 busy=lambda: runner.in_flight > 0,
@@ -222,18 +242,8 @@ class ArmRun:
         except BaseException:
             self.stop()
             raise
-        self.view = HaicoStack(
-            arm=arm.name,
-            backend_url=stack.backend_url,
-            llm_url=stack.llm_url,
-            model_endpoint=stack.model_endpoint,
-            log_paths=dict(stack.log_paths),
-            ports=dict(stack.ports),
-            timings=dict(stack.timings),
-            readonly_dsn=stack.readonly_dsn,
-            admin_token=stack.admin_token,
-        )
-        return self.view
+        self.view = view
+        return view
 
     def submit(self, state: ItemAttempt) -> None:
         """Queue the item's conversation; it starts as soon as a slot is free."""
@@ -406,6 +416,24 @@ class ArmRun:
             message = f"the snapshot connection to postgres failed: {type(exc).__name__}: {exc}"
             raise StackError(self.redactor.redact(message)) from exc
 
+    async def _dynamic_gates(self) -> tuple[GateResult, ...]:
+        """The model server's and the backend's gates, in DESIGN's order, on this loop."""
+        stack = self._require_stack()
+        async with httpx.AsyncClient(trust_env=False) as client:
+            assert self._snapshots is not None
+            canary = make_canary(
+                client,
+                backend_url=stack.backend_url,
+                token=stack.admin_token,
+                endpoint_url=stack.model_endpoint,
+                arm=self.arm,
+                snapshots=self._snapshots,
+                transcripts=self.claim.path,
+                redactor=self.redactor,
+            )
+            gates = dynamic_gates(client, stack, self.arm, canary)
+            return await arun_gates(gates, redactor=self.redactor)
+
     async def _close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
@@ -551,6 +579,20 @@ class ArmRun:
         if self.stack is None:
             raise StackError(f"the stack of arm {self.arm.name} is not running")
         return self.stack
+
+
+def _view(arm: str, stack: Stack) -> HaicoStack:
+    return HaicoStack(
+        arm=arm,
+        backend_url=stack.backend_url,
+        llm_url=stack.llm_url,
+        model_endpoint=stack.model_endpoint,
+        log_paths=dict(stack.log_paths),
+        ports=dict(stack.ports),
+        timings=dict(stack.timings),
+        readonly_dsn=stack.readonly_dsn,
+        admin_token=stack.admin_token,
+    )
 
 
 def _failing_service(error: ErrorInfo | None) -> str:

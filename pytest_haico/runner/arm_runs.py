@@ -13,15 +13,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_haico.errors import NotAdmittedError, StackError
+from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.skips import is_skipped_by_marks
 
 if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
+    from pytest_haico.config.items import ItemSpec
     from pytest_haico.config.settings import Settings
+    from pytest_haico.gates.result import Gate
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
+    from pytest_haico.runner.walltime import WalltimeAdmission
     from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint
 
 _log = logging.getLogger(__name__)
@@ -47,9 +50,10 @@ class ArmRuns:
         self.settings = settings
         self.arms = arms
         self.recorder = recorder
-        # The first arm whose stack did not start (exit 78), and why the run stopped early
-        # otherwise: a tripped breaker, a service that died (exit 75).
+        # The first arm whose stack did not start or failed a gate (exit 78), and why the
+        # run stopped early otherwise: a tripped breaker, a service that died (exit 75).
         self.stack_failure: str | None = None
+        self.gate_failed = False  # the stack_failure is a failed gate
         self.stop_reason: str | None = None
         # Why no new conversation starts any more while those in flight finish (exit 75).
         self.drain: Drain | None = None
@@ -61,6 +65,7 @@ class ArmRuns:
         self._sessions: dict[str, ArmRun] = {}
         self._failures: dict[str, str] = {}
         self._attempts: dict[str, list[ItemAttempt]] = {}
+        self._gated: dict[str, list[ItemSpec]] = {}  # --haico-gates-only: the arm's items
         self._last_nodeid: dict[str, str] = {}
 
     def plan(self, session: pytest.Session, items: Sequence[pytest.Item]) -> None:
@@ -98,10 +103,27 @@ class ArmRuns:
         assert session.view is not None
         return session.view
 
+    def run_gates_only(self, arm: str, specs: Sequence[ItemSpec]) -> None:
+        """--haico-gates-only: the arm's static gates, its stack, its dynamic gates, its
+        stop; no conversation. `specs` are the arm's selected items (their scripts and
+        strata are gated). A failure is the session's `stack_failure`, as in a run."""
+        if self._no_new_stack() is not None:
+            return  # a drain or SIGTERM came between two arms: nothing new starts
+        self._gated[arm] = list(specs)
+        try:
+            session = self._start(arm, gates_only=True)
+        except StackError:
+            return
+        session.stop(final_dump=False)
+
     @property
     def runs(self) -> Mapping[str, ArmRun]:
         """The arms started in this session, by name."""
         return self._sessions
+
+    def failure(self, arm: str) -> str | None:
+        """Why the arm's stack did not start or failed a gate, if it did."""
+        return self._failures.get(arm)
 
     def conversation(self, state: ItemAttempt) -> Conversation:
         self.stack(state.spec.arm.name)
@@ -188,7 +210,7 @@ class ArmRuns:
             return self.drain.reason
         return self.admission_stop
 
-    def _start(self, arm: str) -> ArmRun:
+    def _start(self, arm: str, *, gates_only: bool = False) -> ArmRun:
         # Imported on first use: the stack and driver cost ~0.4 s to import.
         from pytest_haico.runner.arm_run import ArmRun
 
@@ -206,20 +228,28 @@ class ArmRuns:
             backend_command=_backend_command(settings),
             model_endpoint=_model_endpoint(settings),
             provenance=partial(self._provenance, arm),
+            static_gates=partial(self._static_gates, arm),
+            gates_only=gates_only,
         )
         self._sessions[arm] = session
         self.starting = True
         try:
             session.start()
         except StackError as exc:
-            failure = f"the stack of arm {arm} did not start: {exc}"
+            gate = isinstance(exc, GateFailedError)
+            failure = (
+                f"arm {arm}: {exc}" if gate else f"the stack of arm {arm} did not start: {exc}"
+            )
             self._failures[arm] = failure
             if self.stack_failure is None:
                 self.stack_failure = failure
+                self.gate_failed = gate
             self._stop_session(failure)
             raise StackError(failure) from None
         finally:
             self.starting = False
+        if gates_only:
+            return session
         for state in self._attempts.get(arm, []):
             if state.recorded is None:
                 session.submit(state)
@@ -237,6 +267,26 @@ class ArmRuns:
             values["MODEL_IDENTITY"] = spec.model_identity
             values["BACKEND_IDENTITY"] = spec.backend_identity
         return values
+
+    def _static_gates(self, arm: str, admission: WalltimeAdmission) -> list[Gate]:
+        """The arm's static gates, over the items of this run (or, under
+        --haico-gates-only, those it would run)."""
+        from pytest_haico.runner.preflight import static_gates
+
+        specs = self._gated.get(arm) or [state.spec for state in self._attempts.get(arm, [])]
+        strata = sorted({spec.stratum for spec in specs})
+        share = f"run {self.recorder.claim(arm).run_id} of arm {arm}, shard {self.settings.shard}"
+        if strata:
+            share += f", {'strata' if len(strata) > 1 else 'stratum'} {', '.join(strata)}"
+        return static_gates(
+            self.settings,
+            self.arms[arm],
+            admission,
+            paths=self.recorder.paths(arm),
+            scripts=[spec.source.path for spec in specs],
+            strata=strata,
+            share=share,
+        )
 
     def _stop_early(self, reason: str) -> None:
         """A breaker tripped or a service died: the session stops after the current item."""

@@ -58,7 +58,8 @@ class ServerFault:
 
 @dataclass(frozen=True)
 class Hang:
-    """Never answer; hold the request until the client goes away (persona hang)."""
+    """Never answer; hold the request until the client goes away (persona hang, once the
+    conversation goes on)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,11 @@ def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latenc
     arguments satisfy the tool's schema, whatever the persona, as vLLM's guided decoding
     guarantees: persona flaky does not fail it and persona hang answers it. Only persona dead
     fails it: guided decoding does not keep an engine alive. Latency applies to every request.
+
+    Persona hang answers a conversation's first request as helpful does and holds every
+    request that continues one (an assistant or tool message in the history): a model that
+    hangs once the context grows. So it passes the dynamic gates, whose probes and canary
+    are first requests, and its conversations hang at their second model call.
     """
     digest = request_digest(seed, request.messages)
     rng = random.Random(digest)
@@ -108,12 +114,18 @@ def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latenc
     if choice == "required":
         tool = _artifact_tool(tools)
         return Plan(delay_ms / 1000, _guided_call(tool, rng, topic, call_id()))
-    if persona is Persona.HANG:
+    if persona is Persona.HANG and continues_conversation(request.messages):
         return Plan(delay_ms / 1000, Hang())
     # The first draw decides flakiness so that it depends on nothing but seed and messages.
     if persona is Persona.FLAKY and rng.random() < FLAKY_SHARE:
         return Plan(delay_ms / 1000, ServerFault())
     return Plan(delay_ms / 1000, _reply(request, persona, rng, topic, call_id))
+
+
+def continues_conversation(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether the request goes on with a conversation: the model already spoke in it (an
+    assistant message, or a tool message answering its call)."""
+    return any(message.get("role") in ("assistant", "tool") for message in messages)
 
 
 def _reply(

@@ -4,8 +4,6 @@ health call, and a canary turn built from the driver exactly as the session shou
 from __future__ import annotations
 
 import asyncio
-import itertools
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,61 +11,16 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from pytest_haico.config.experiment import AgentSection, Arm, Script
-from pytest_haico.driver.conversation import run_conversation
+from pytest_haico.config.experiment import Arm
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import InfraError
-from pytest_haico.gates.backend import Canary, check_backend_health, check_canary_turn
-from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.gates.backend import check_backend_health, check_canary_turn
+from pytest_haico.runner.preflight import make_canary
 from tests.standins.standin_http import ADMIN_TOKEN, MODEL
 from tests.standins.standin_procs import BackendServer, BackendServers, LlmServer, LlmServers
 
 ARM = Arm.model_validate({"name": "demo", "model": {"served_name": MODEL}})
-# Enough for a tool call and an answer; a looping model ends at it (even: no error).
-CANARY_RECURSION_LIMIT = 4
-CANARY_TURN_TIMEOUT_S = 60.0
-PERSONAS = ["helpful", "looper", "blank", "bad_args", "flaky", "slow"]
-
-
-def make_canary(
-    client: httpx.AsyncClient,
-    *,
-    backend_url: str,
-    token: str,
-    endpoint_url: str,
-    arm: Arm,
-    snapshots: PostgresSnapshotReader,
-    transcripts: Path,
-) -> Canary:
-    """A canary as the session builds it from the driver: one scripted turn through the
-    backend, a new query and thread each call, (provider, model_id) of its snapshot row."""
-    calls = itertools.count(1)
-    agent = AgentSection(recursion_limit=min(arm.agent.recursion_limit, CANARY_RECURSION_LIMIT))
-    canary_arm = arm.model_copy(update={"agent": agent})
-
-    async def canary() -> tuple[str | None, str | None]:
-        call = next(calls)
-        script = Script.model_validate(
-            {"id": "haico-canary", "turns": [{"user": f"Canary {call}: reply with one word."}]}
-        )
-        result = await run_conversation(
-            client,
-            backend_url=backend_url,
-            token=token,
-            endpoint_url=endpoint_url,
-            arm=canary_arm,
-            script=script,
-            thread_id=str(uuid.uuid4()),
-            transcript_path=transcripts / f"canary.{call}.jsonl",
-            snapshots=snapshots,
-            turn_timeout_s=CANARY_TURN_TIMEOUT_S,
-        )
-        if result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED):
-            raise InfraError(result.error.message if result.error else str(result.verdict))
-        turn = result.turns[0]
-        return turn.provider, turn.model_id
-
-    return canary
+PERSONAS = ["helpful", "looper", "blank", "bad_args", "flaky", "slow", "hang"]
 
 
 @pytest_asyncio.fixture

@@ -13,9 +13,9 @@ from tests.harness import CONVERSATION_MODULE, CampaignProject
 PASSED = re.compile(r"test_conversation\[(.+)\] PASSED")
 
 
-def quick_scripts(count: int) -> str:
+def quick_scripts(count: int, *, text: str = "hello") -> str:
     return "".join(
-        f'{{"id": "quick{i}", "turns": [{{"user": "hello {i}"}}]}}\n' for i in range(count)
+        f'{{"id": "quick{i}", "turns": [{{"user": "{text} {i}"}}]}}\n' for i in range(count)
     )
 
 
@@ -57,7 +57,9 @@ def test_the_circuit_breaker_stops_a_bad_stack_and_exits_75(campaign: CampaignPr
         "demo",
         "[run]\nconcurrency = 2\nturn_timeout_s = 1\n[standin]\npersona = 'hang'\n",
     )
-    campaign.scripts("a.jsonl", quick_scripts(12))
+    # Persona hang answers the first request (a tool call, for an artifact) and holds the
+    # next one: every conversation hangs until its turn times out.
+    campaign.scripts("a.jsonl", quick_scripts(12, text="Write it up as a document, part"))
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
     result = campaign.run_subprocess()
     assert result.ret == 75, result.stdout.str()

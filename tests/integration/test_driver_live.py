@@ -42,6 +42,11 @@ ARM = Arm.model_validate(
 SCRIPT = Script.model_validate(
     {"id": "two-turns", "turns": [{"user": "Hello, who are you?"}, {"user": "Say it again."}]}
 )
+# A turn that makes the model call a tool: a hanging model answers that first call, then
+# holds the next (the tool's result going back), and the turn stays in flight.
+HANGING_SCRIPT = Script.model_validate(
+    {"id": "one-artifact", "turns": [{"user": "Write it up as a document."}]}
+)
 
 
 def _stack(tmp_path_factory: pytest.TempPathFactory, persona: str) -> Stack:
@@ -75,13 +80,19 @@ def breakable_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]
 
 @pytest.fixture
 def hanging_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A running local stack whose model never answers, so a turn stays in flight."""
+    """A running local stack whose model holds every request that goes on with a
+    conversation, so a turn that calls a tool stays in flight."""
     with _stack(tmp_path_factory, "hang") as stack:
         yield stack
 
 
 async def _converse(
-    stack: Stack, transcript: Path, *, attempt: int = 1, token: str | None = None
+    stack: Stack,
+    transcript: Path,
+    *,
+    attempt: int = 1,
+    token: str | None = None,
+    script: Script = SCRIPT,
 ) -> ConversationResult:
     """Run SCRIPT once, as the arm session does: its own client, a read-only snapshot reader."""
     reader = await PostgresSnapshotReader.connect(stack.readonly_dsn)
@@ -93,7 +104,7 @@ async def _converse(
                 token=stack.admin_token if token is None else token,
                 endpoint_url=stack.model_endpoint,
                 arm=ARM,
-                script=SCRIPT,
+                script=script,
                 thread_id=make_thread_id(transcript.stem, "live", attempt),
                 transcript_path=transcript,
                 snapshots=reader,
@@ -208,12 +219,16 @@ async def test_a_backend_killed_mid_stream_is_a_broken_stream_before_the_turn_ti
     hanging_stack: Stack, tmp_path: Path
 ) -> None:
     transcript = tmp_path / "cut.jsonl"
-    conversation = asyncio.create_task(_converse(hanging_stack, transcript))
+    conversation = asyncio.create_task(_converse(hanging_stack, transcript, script=HANGING_SCRIPT))
+    llm_log = hanging_stack.log_paths["llm"]
     try:
         await wait_for_async(
-            lambda: _transcript_kinds(transcript) == ["request", "response"],
+            lambda: (
+                "persona hang holds the request" in llm_log.read_text(errors="replace")
+                and _transcript_kinds(transcript)[:2] == ["request", "response"]
+            ),
             timeout=15,
-            what="the turn's response headers",
+            what="the model to hold the turn's second request",
         )
         assert not conversation.done()  # the model hangs: the turn is still streaming
         backend = hanging_stack.orchestrator.processes["backend"]
@@ -236,4 +251,6 @@ async def test_a_backend_killed_mid_stream_is_a_broken_stream_before_the_turn_ti
     )
     assert waited < PROMPT_FAILURE_S
     assert len(result.turns) == 1
-    assert _transcript_kinds(transcript) == ["request", "response", "finding"]
+    kinds = _transcript_kinds(transcript)
+    assert kinds[:2] == ["request", "response"] and kinds[-1] == "finding", kinds
+    assert set(kinds[2:-1]) <= {"event"}, kinds  # the tool call's steps

@@ -1,9 +1,7 @@
-"""Options whose machinery has not landed are refused at configure time; the drain and
-the dumps options, which have, are accepted."""
+"""Options whose machinery has not landed are refused at configure time; the drain, the
+dumps and the gates-only options, which have, are accepted."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
@@ -31,7 +29,6 @@ def experiments(pytester: pytest.Pytester) -> pytest.Pytester:
 UNBUILT = {
     "--haico-backend-image=docker://x@sha256:0": "--haico-backend-image",
     "--haico-attach=stack.json": "--haico-attach",
-    "--haico-gates-only": "--haico-gates-only",
     "--haico-profile=cluster": "--haico-profile cluster",
 }
 
@@ -70,13 +67,37 @@ def test_drain_timeout_and_dump_interval_are_accepted(
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--haico-gates-only"], {}), ([], {"PYTEST_HAICO_GATES_ONLY": "1"})],
+    ids=["option", "environment"],
+)
+def test_gates_only_is_accepted_and_deselects_every_item(
+    experiments: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = experiments.runpytest("--collect-only", *args)
+    # Only the gates would run: no item is left to collect.
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "collected 1 item / 1 deselected / 0 selected",
+            "haico: --haico-gates-only: the gates of arm(s) demo; no item runs (1 deselected)",
+        ]
+    )
+
+
 def test_the_help_promises_no_unbuilt_machinery(experiments: pytest.Pytester) -> None:
-    unbuilt = {"gates_only", "backend_image", "attach"}
+    unbuilt = {"backend_image", "attach"}
     for option in OPTIONS:
         if option.noun in unbuilt:
             assert option.help == "not available in this version", option
         else:
-            assert not re.search(r"\bgates?\b", option.help, re.IGNORECASE), option
+            assert option.help != "not available in this version", option
     result = experiments.runpytest("--help")
     result.stdout.fnmatch_lines(
         [
@@ -84,5 +105,6 @@ def test_the_help_promises_no_unbuilt_machinery(experiments: pytest.Pytester) ->
             "*grace in seconds for in-flight conversations after",
             "  --haico-dump-interval=S",
             "*seconds between periodic pg_dumps of the backend",
+            "  --haico-gates-only*run each selected arm's preflight gates*",
         ]
     )

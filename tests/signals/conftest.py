@@ -11,7 +11,12 @@ from pytest_haico.stack.pgbinaries import find_postgres_binaries
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.polling import is_alive
 
-# A conversation whose model never answers: it stays in flight until cancelled.
+# A turn that makes the model call a tool: a hanging model then holds the turn's next request.
+ARTIFACT_TURN = "Write it up as a document."
+
+# A model that answers a conversation's first request and holds the next: a conversation
+# whose first turn asks for an artifact (a tool call, then its result goes back) stays in
+# flight until cancelled.
 HANGING_ARM = """
 [run]
 concurrency = 2
@@ -21,10 +26,11 @@ persona = "hang"
 """
 
 
-def stack_campaign(campaign: CampaignProject, arm: str, *, items: int) -> None:
-    """`items` one-turn scripts and the conversation test module: each item talks to the stack."""
+def stack_campaign(campaign: CampaignProject, arm: str, *, items: int, text: str = "hello") -> None:
+    """`items` one-turn scripts (`<text> <id>`) and the conversation test module: each item
+    talks to the stack. With `HANGING_ARM`, pass `text=ARTIFACT_TURN`."""
     campaign.arm("demo", arm)
-    campaign.simple_scripts(*(f"s{i:03d}" for i in range(items)))
+    campaign.simple_scripts(*(f"s{i:03d}" for i in range(items)), text=text)
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
 
 

@@ -7,6 +7,7 @@ import signal
 
 from tests.harness import CampaignProject
 from tests.signals.conftest import (
+    ARTIFACT_TURN,
     HANGING_ARM,
     dumps,
     hanging_requests,
@@ -22,7 +23,7 @@ from tests.signals.conftest import (
 def test_term_records_the_conversations_in_flight_interrupted_and_writes_no_final_dump(
     campaign: CampaignProject,
 ) -> None:
-    stack_campaign(campaign, HANGING_ARM, items=4)
+    stack_campaign(campaign, HANGING_ARM, items=4, text=ARTIFACT_TURN)
     run = campaign.start("--haico-drain-timeout", "600")  # TERM does not drain
     run.wait_for(lambda: hanging_requests(campaign) >= 2, timeout=120, what="2 in flight")
     run.send_signal(signal.SIGTERM)
@@ -38,7 +39,7 @@ def test_term_records_the_conversations_in_flight_interrupted_and_writes_no_fina
 
 
 def test_term_keeps_the_newest_periodic_dump(campaign: CampaignProject) -> None:
-    stack_campaign(campaign, HANGING_ARM, items=4)
+    stack_campaign(campaign, HANGING_ARM, items=4, text=ARTIFACT_TURN)
     run = campaign.start("--haico-dump-interval", "1")
     run.wait_for(lambda: hanging_requests(campaign) >= 2, timeout=120, what="2 in flight")
     run.wait_for(

@@ -8,6 +8,7 @@ from collections import Counter
 
 from tests.harness import CampaignProject
 from tests.signals.conftest import (
+    ARTIFACT_TURN,
     HANGING_ARM,
     dumps,
     hanging_requests,
@@ -57,7 +58,7 @@ def test_usr1_lets_the_conversations_in_flight_finish_and_starts_nothing_new(
 def test_what_outlasts_the_drain_timeout_is_cancelled_and_recorded_interrupted(
     campaign: CampaignProject,
 ) -> None:
-    stack_campaign(campaign, HANGING_ARM, items=6)
+    stack_campaign(campaign, HANGING_ARM, items=6, text=ARTIFACT_TURN)
     run = campaign.start("--haico-drain-timeout", "2", "--haico-exit", "campaign")
     run.wait_for(lambda: hanging_requests(campaign) >= 2, timeout=120, what="2 in flight")
     run.send_signal(signal.SIGUSR1)
@@ -74,7 +75,7 @@ def test_what_outlasts_the_drain_timeout_is_cancelled_and_recorded_interrupted(
 
 
 def test_a_second_usr1_ends_the_drain_at_once(campaign: CampaignProject) -> None:
-    stack_campaign(campaign, HANGING_ARM, items=4)
+    stack_campaign(campaign, HANGING_ARM, items=4, text=ARTIFACT_TURN)
     run = campaign.start("--haico-drain-timeout", "600")
     run.wait_for(lambda: hanging_requests(campaign) >= 2, timeout=120, what="2 in flight")
     run.send_signal(signal.SIGUSR1)

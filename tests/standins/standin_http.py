@@ -59,6 +59,11 @@ def user(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 
 
+def continued(text: str) -> list[dict[str, Any]]:
+    """A conversation the model has answered once, going on: persona hang holds it."""
+    return [*user(text), {"role": "assistant", "content": "Noted."}, *user("Go on.")]
+
+
 def chat(
     base_url: str,
     messages: list[dict[str, Any]],

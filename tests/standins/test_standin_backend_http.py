@@ -119,7 +119,8 @@ def test_queries_past_the_rate_limit_are_429(backend_server: BackendServers) -> 
 def test_a_client_leaving_a_hanging_turn_leaves_the_backend_serving(
     backend: BackendServer, llm_server: LlmServers
 ) -> None:
-    body = query_body(llm_server("hang").endpoint_url)
+    # The model answers the turn's first request with a tool call, then hangs on the next.
+    body = query_body(llm_server("hang").endpoint_url, query="Write a report.")
     with pytest.raises(httpx.ReadTimeout):
         post(
             backend.base_url + "/api/query/stream_steps/sse",

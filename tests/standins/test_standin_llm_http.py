@@ -24,6 +24,7 @@ from tests.standins.standin_http import (
     PlaceOrder,
     auth,
     chat,
+    continued,
     get,
     message_of,
     post,
@@ -284,7 +285,7 @@ def test_a_signal_ends_a_hanging_request_and_exits_0(
 
     def request() -> None:
         try:
-            outcome.append(chat(server.base_url, user("hi"), timeout=30).status_code)
+            outcome.append(chat(server.base_url, continued("hi"), timeout=30).status_code)
         except httpx.HTTPError as exc:
             outcome.append(exc)
 

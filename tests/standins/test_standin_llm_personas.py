@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from pytest_haico.standins.agent import WriteDocumentArgs
-from pytest_haico.standins.personas import SLOW_EXTRA_MS, Persona
+from pytest_haico.standins.openai_wire import ChatRequest
+from pytest_haico.standins.personas import SLOW_EXTRA_MS, Hang, Persona, plan_completion
 from tests.polling import wait_for
 from tests.standins.standin_http import (
     TOOLS,
@@ -143,11 +144,41 @@ def test_latency_ms_delays_every_completion(llm_server: LlmServers) -> None:
         assert time.monotonic() - started >= 0.3
 
 
-def test_hang_never_answers_and_stays_healthy(llm_server: LlmServers) -> None:
+def test_hang_answers_a_first_request_then_holds_the_conversation_and_stays_healthy(
+    llm_server: LlmServers,
+) -> None:
     base_url = llm_server("hang").base_url
-    with pytest.raises(httpx.ReadTimeout):
-        chat(base_url, QUESTION, timeout=httpx.Timeout(5.0, read=0.5))
+    # A conversation's first request is answered as helpful answers it: in text, or with
+    # a tool call when the turn asks for an artifact.
+    assert message_of(chat(base_url, QUESTION, tools=TOOLS))["content"]
+    call = message_of(chat(base_url, ARTIFACT_TURN, tools=TOOLS))
+    assert call["tool_calls"][0]["function"]["name"] == "write_document"
+    # Once the model has spoken in it, the conversation hangs: after the tool's result,
+    # and after its own answer.
+    answered = [*QUESTION, {"role": "assistant", "content": "Heraklion."}, *user("And Rhodes?")]
+    for messages in (after_tool_result(call), answered):
+        with pytest.raises(httpx.ReadTimeout):
+            chat(base_url, messages, tools=TOOLS, timeout=httpx.Timeout(5.0, read=0.5))
     assert get(base_url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("roles", "held"),
+    [
+        (["user"], False),
+        (["system", "user"], False),
+        (["user", "assistant", "user"], True),
+        (["system", "user", "assistant", "tool"], True),
+    ],
+    ids=["first", "system-first", "second-turn", "after-a-tool"],
+)
+def test_hang_decides_from_the_messages_alone(roles: list[str], held: bool) -> None:
+    messages = [{"role": role, "content": f"a {role} message"} for role in roles]
+    request = ChatRequest.model_validate({"messages": messages, "tools": TOOLS})
+    plans = [
+        plan_completion(request, persona=Persona.HANG, seed=seed, latency_ms=0) for seed in range(3)
+    ]
+    assert [isinstance(plan.outcome, Hang) for plan in plans] == [held] * 3
 
 
 @pytest.mark.parametrize("persona", PERSONAS)

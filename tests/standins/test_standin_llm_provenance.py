@@ -12,7 +12,7 @@ import pytest
 
 from pytest_haico.standins.vllm_versions import DEFAULT_VLLM_VERSION
 from tests.polling import wait_for
-from tests.standins.standin_http import MODEL, TOOLS, auth, chat, get, user
+from tests.standins.standin_http import MODEL, TOOLS, auth, chat, continued, get, user
 from tests.standins.standin_procs import LlmServers
 
 _SAMPLE = re.compile(r"(?P<name>[a-z_:]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)")
@@ -101,7 +101,8 @@ def test_metrics_show_running_and_waiting_requests_and_cache_usage(
     llm_server: LlmServers,
 ) -> None:
     base_url = llm_server("hang", max_num_seqs=1).base_url
-    pending = [send_without_reading(base_url, user("hi " * 100)) for _ in range(2)]
+    # Conversations that go on: persona hang holds them.
+    pending = [send_without_reading(base_url, continued("hi " * 100)) for _ in range(2)]
     try:
         wait_for(
             lambda: running_and_waiting(base_url) == (1, 1),

@@ -1,0 +1,260 @@
+"""An arm's preflight: its static gates (before its stack starts), its dynamic gates (against
+the running stack, the canary turn last), and gates.json with every gate run so far."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+
+import httpx
+
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.config.settings import Profile, Settings
+from pytest_haico.driver.conversation import run_conversation
+from pytest_haico.driver.snapshots import PostgresSnapshotReader
+from pytest_haico.errors import GateFailedError, InfraError
+from pytest_haico.gates import backend as backend_gates
+from pytest_haico.gates import dynamic, filesystem, static
+from pytest_haico.gates.result import (
+    AsyncGate,
+    Gate,
+    GateResult,
+    failure_line,
+    first_failure,
+    write_gates_json,
+)
+from pytest_haico.ledger.item_times import ItemTimes
+from pytest_haico.ledger.rundir import ArmPaths
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.redact import Redactor
+from pytest_haico.runner.walltime import WalltimeAdmission
+from pytest_haico.stack.profiles import Stack
+
+_log = logging.getLogger(__name__)
+
+# The model endpoint the local profile gives the backend, as gate prohibited_environment
+# sees it before the stack starts (the port is not known yet).
+LOCAL_MODEL_ENDPOINT = "http://vllm.localhost/v1"
+# The free space gate results_writable asks for at the least: the dumps of a new database.
+MIN_DUMP_SPACE = 64 * 1024 * 1024
+# Dumps of a run that may exist at once: the newest periodic one, the one replacing it,
+# the final one.
+DUMPS_AT_ONCE = 3
+# The canary turn: enough steps for a tool call and an answer (a looping model ends at the
+# limit, which is no failure of the canary), and a bound of its own on the turn.
+CANARY_RECURSION_LIMIT = 4
+CANARY_TURN_TIMEOUT_S = 60.0
+
+# The static gates of an arm, given its walltime admission (it knows the job's end and
+# the item times of earlier runs).
+StaticGates = Callable[[WalltimeAdmission], Sequence[Gate]]
+
+
+class GateLog:
+    """Every gate an arm ran, in order, rewritten to gates.json after each batch."""
+
+    def __init__(self, path: Path, *, file_mode: int) -> None:
+        self.path = path
+        self.file_mode = file_mode
+        self.results: tuple[GateResult, ...] = ()
+
+    def check(self, results: Sequence[GateResult], *, redactor: Redactor) -> None:
+        """Keep `results`, rewrite gates.json, raise `GateFailedError` at a failure."""
+        self.results = (*self.results, *results)
+        try:
+            write_gates_json(self.path, self.results, file_mode=self.file_mode, redactor=redactor)
+        except OSError as exc:
+            # Never over the gate's own line: a results directory that takes no writes
+            # is what gate results_writable reports.
+            _log.warning("haico: %s not written: %s", self.path, exc)
+        failure = first_failure(results)
+        if failure is not None:
+            raise GateFailedError(failure_line(failure), results=self.results)
+
+
+def static_gates(
+    settings: Settings,
+    arm: Arm,
+    admission: WalltimeAdmission,
+    *,
+    paths: ArmPaths,
+    scripts: Iterable[Path],
+    strata: Iterable[str],
+    share: str,
+    environ: Mapping[str, str] = os.environ,
+) -> list[Gate]:
+    """The static gates of `arm`, in DESIGN's order (gate 1, the configuration, ran at
+    configure time), each with every input bound. `scripts` and `strata` are those of the
+    arm's items in this run; `share` names what this run claimed (for output_collision)."""
+    site = settings.site
+    cluster = settings.profile is Profile.CLUSTER
+    starts_vllm = cluster and settings.model_endpoint is None and settings.attach is None
+    venv_setting = (site.get("VLLM_VENV") if site else None) or environ.get("VLLM_VENV")
+    venv = Path(venv_setting) if venv_setting else None
+    hf_home = site.get("HF_HOME") if site else None
+    strata = sorted(strata)
+
+    def walltime() -> GateResult:
+        slowest, stratum = slowest_item(admission.item_times, strata)
+        return static.check_walltime(
+            admission.remaining_s(),
+            slowest,
+            drain_margin_s=admission.drain_margin_s,
+            stratum=stratum,
+        )
+
+    def results_writable() -> GateResult:
+        return filesystem.check_results_writable(
+            paths.root, bytes_needed=dump_space_needed(paths), file_mode=settings.results_mode
+        )
+
+    def inputs_present() -> GateResult:
+        return filesystem.check_inputs_present(
+            arm,
+            needs_weights=starts_vllm,
+            hf_cache=filesystem.resolve_hf_cache(environ, hf_home),
+            scripts=sorted(set(scripts)),
+            images=[],
+        )
+
+    endpoint = settings.model_endpoint or LOCAL_MODEL_ENDPOINT
+    vllm_environment = partial(
+        static.check_vllm_environment,
+        environ,
+        vllm_venv=venv,
+        needs_vllm=starts_vllm,
+        needs_apptainer=cluster,
+    )
+    parallel_width = partial(
+        static.check_parallel_width, arm, environ, cluster=cluster, starts_vllm=starts_vllm
+    )
+    tool_flags = partial(
+        static.check_tool_calling_flags, arm, vllm_venv=venv if starts_vllm else None
+    )
+    return [
+        Gate(
+            static.PROHIBITED_ENVIRONMENT,
+            partial(static.check_prohibited_environment, environ, endpoint),
+        ),
+        Gate(static.LOGIN_NODE, partial(static.check_login_node, environ, cluster=cluster)),
+        Gate(static.TOOL_CALLING_FLAGS, tool_flags),
+        Gate(static.PARALLEL_WIDTH, parallel_width),
+        Gate(static.ONE_NODE, partial(static.check_one_node, environ, cluster=cluster)),
+        Gate(static.VLLM_ENVIRONMENT, vllm_environment),
+        Gate(filesystem.INPUTS_PRESENT, inputs_present),
+        Gate(filesystem.RESULTS_WRITABLE, results_writable),
+        Gate(static.WALLTIME, walltime),
+        # A claim another live run holds was refused before the session ran anything (a
+        # usage error): a run that got here holds its run directory and shares.
+        Gate(
+            static.OUTPUT_COLLISION,
+            partial(static.check_output_collision, claimed=True, share=share),
+        ),
+    ]
+
+
+def dynamic_gates(
+    client: httpx.AsyncClient, stack: Stack, arm: Arm, canary: backend_gates.Canary
+) -> list[AsyncGate]:
+    """The dynamic gates of a running stack, in DESIGN's order."""
+    # The model server's OpenAI base as this process reaches it (an attached endpoint's
+    # too: `llm_url` is its base without /v1).
+    api_base = f"{stack.llm_url}/v1"
+    keyed: dict[str, object] = {"api_key": stack.api_key, "arm": arm}
+    model: list[tuple[str, Callable[..., Awaitable[GateResult]], dict[str, object]]] = [
+        (dynamic.SERVED_MODEL, dynamic.check_served_model, keyed),
+        (dynamic.MAX_MODEL_LEN, dynamic.check_max_model_len, keyed),
+        (dynamic.COMPLETION, dynamic.check_completion, keyed),
+        (dynamic.API_KEY, dynamic.check_api_key_required, {}),
+        (dynamic.TOOL_CHOICE_AUTO, dynamic.check_tool_choice_auto, keyed),
+        (dynamic.TOOL_CALL_STRUCTURE, dynamic.check_tool_call_structure, keyed),
+    ]
+    health = partial(
+        backend_gates.check_backend_health, client, stack.backend_url, token=stack.admin_token
+    )
+    return [
+        *(
+            AsyncGate(name, partial(check, client, api_base, **options))
+            for name, check, options in model
+        ),
+        AsyncGate(backend_gates.BACKEND_HEALTH, health),
+        AsyncGate(
+            backend_gates.CANARY_TURN, partial(backend_gates.check_canary_turn, canary, arm=arm)
+        ),
+    ]
+
+
+def make_canary(
+    client: httpx.AsyncClient,
+    *,
+    backend_url: str,
+    token: str,
+    endpoint_url: str,
+    arm: Arm,
+    snapshots: PostgresSnapshotReader,
+    transcripts: Path,
+    redactor: Redactor | None = None,
+) -> backend_gates.Canary:
+    """One scripted turn through the backend, a new query and thread each call; its
+    transcript is `<transcripts>/canary.<n>.jsonl`. Returns (provider, model_id) of the
+    turn's snapshot row; raises when the turn failed on infrastructure."""
+    calls = itertools.count(1)
+    agent = arm.agent.model_copy(
+        update={"recursion_limit": min(arm.agent.recursion_limit, CANARY_RECURSION_LIMIT)}
+    )
+    canary_arm = arm.model_copy(update={"agent": agent})
+
+    async def canary() -> tuple[str | None, str | None]:
+        call = next(calls)
+        script = Script.model_validate(
+            {"id": "haico-canary", "turns": [{"user": f"Canary {call}: reply with one word."}]}
+        )
+        result = await run_conversation(
+            client,
+            backend_url=backend_url,
+            token=token,
+            endpoint_url=endpoint_url,
+            arm=canary_arm,
+            script=script,
+            thread_id=str(uuid.uuid4()),
+            transcript_path=transcripts / f"canary.{call}.jsonl",
+            snapshots=snapshots,
+            turn_timeout_s=CANARY_TURN_TIMEOUT_S,
+            redactor=redactor,
+        )
+        if result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED):
+            raise InfraError(result.error.message if result.error else result.verdict.value)
+        turn = result.turns[0]
+        return turn.provider, turn.model_id
+
+    return canary
+
+
+def slowest_item(times: ItemTimes, strata: Iterable[str]) -> tuple[float | None, str]:
+    """What gate walltime checks: the longest measured item of the stratum whose longest is
+    shortest (a run that can finish one item is worth starting), and that stratum; else
+    None and the strata's names."""
+    strata = sorted(strata)
+    measured = [
+        (item.longest_s, stratum) for stratum in strata if (item := times.get(stratum)) is not None
+    ]
+    if not measured:
+        return None, ", ".join(strata) or "default"
+    return min(measured)
+
+
+def dump_space_needed(paths: ArmPaths) -> int:
+    """The free space the arm's pg_dumps may need: `DUMPS_AT_ONCE` dumps as large as the
+    largest of its earlier runs, at least `MIN_DUMP_SPACE`."""
+    largest = 0
+    with contextlib.suppress(OSError):
+        for dump in paths.runs_dir.glob("*/dumps/*.dump"):
+            with contextlib.suppress(OSError):
+                largest = max(largest, dump.stat().st_size)
+    return max(MIN_DUMP_SPACE, DUMPS_AT_ONCE * largest)
