@@ -7,6 +7,11 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# httpx imports httpcore on first use and keeps a map of the httpcore exception classes it
+# met first. pytester restores sys.modules after each in-process run: if httpcore were first
+# imported inside one, a later test would get a second copy whose errors (a backend killed
+# mid-stream) escape httpx unmapped. Importing it here, before any run, keeps one copy.
+import httpcore  # noqa: F401
 import pytest
 
 from pytest_haico.stack import Orchestrator, PostgresService

@@ -15,7 +15,9 @@ in-process pytester run leaves none behind).
 
 A signal during teardown never interrupts it (the stack must still stop and the records
 be written): INT and TERM then only cancel what is still in flight. A handler that would
-raise while the main thread writes a record raises right after the write instead.
+raise while the main thread writes a record raises right after the write instead; one that
+would raise while a stack starts makes the start end at its next step (within a poll
+interval; a gate under way is cancelled), and the start raises it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ class SessionSignals:
     def _interrupt(self, error: KeyboardInterrupt) -> None:
         if self._deferring:
             self._pending = self._pending or error
+            return
+        if self.sessions.starting:
+            # Raised into a Popen or a lock, it could leave a service behind: the start
+            # ends at its next step instead, and raises it there.
+            self.sessions.interrupt_start(error)
             return
         raise error
 

@@ -6,10 +6,11 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -51,6 +52,7 @@ from pytest_haico.stack.profiles import (
 from pytest_haico.stack.service import read_log_tail
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 # How long a model server whose /health fails after a model error may take to exit.
 MODEL_EXIT_GRACE_S = 5.0
 
@@ -143,6 +145,7 @@ class ArmRun:
         self._client: httpx.AsyncClient | None = None
         self._snapshots: PostgresSnapshotReader | None = None
         self._stopped = False
+        self._start_interrupted: str | None = None
         self._started_at: float | None = None
         self._stopped_at: float | None = None
 
@@ -187,6 +190,7 @@ class ArmRun:
             run_gates(self.static_gates(self.admission), redactor=self.redactor),
             redactor=self.redactor,
         )
+        self._check_start_interrupted()
         stack = build_local_stack(
             self.claim.path / "logs",
             served_name=arm.served_name,
@@ -208,8 +212,11 @@ class ArmRun:
         self.stack = stack
         self.redactor = Redactor(stack.secrets)
         self.recorder.use_redactor(arm.name, self.redactor)
+        if self._start_interrupted is not None:  # before the stack could see it
+            stack.orchestrator.interrupt(self._start_interrupted)
         stack.start()
         try:
+            self._check_start_interrupted()
             runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
                 concurrency=self.concurrency,
                 finish=self._finish,
@@ -218,8 +225,10 @@ class ArmRun:
             )
             self._runner = runner
             runner.start()
-            runner.call(self._open)
-            self.gate_log.check(runner.call(self._dynamic_gates), redactor=self.redactor)
+            self._start_call(runner, self._open)
+            gates = self._start_call(runner, self._dynamic_gates)
+            self.gate_log.check(gates, redactor=self.redactor)
+            self._check_start_interrupted()
             view = _view(arm.name, stack)
             if self.gates_only:
                 self.view = view
@@ -239,11 +248,36 @@ class ArmRun:
             )
             self._watch.start()
             self._record_provenance(stack)
+            self._check_start_interrupted()
         except BaseException:
             self.stop()
             raise
         self.view = view
         return view
+
+    def interrupt_start(self, reason: str) -> None:
+        """End a `start` in progress at its next step with a `StackError`, having stopped
+        what it started: the stack's start loop within a poll interval, a gate under way
+        at once. Safe from a signal handler: it sets flags and cancels futures, so nothing
+        is raised into whatever the main thread was doing (a Popen, a lock)."""
+        self._start_interrupted = reason
+        if self.stack is not None:
+            self.stack.orchestrator.interrupt(reason)
+        if self._runner is not None:
+            self._runner.cancel_calls()
+
+    def _check_start_interrupted(self) -> None:
+        if self._start_interrupted is not None:
+            raise StackError(f"{self._start_interrupted}: the start was interrupted")
+
+    def _start_call(
+        self,
+        runner: Runner[ItemAttempt, ConversationResult, Conversation],
+        factory: Callable[[], Awaitable[T]],
+    ) -> T:
+        """`runner.call` during the start, which `interrupt_start` cancels."""
+        self._check_start_interrupted()
+        return runner.call(factory)
 
     def submit(self, state: ItemAttempt) -> None:
         """Queue the item's conversation; it starts as soon as a slot is free."""

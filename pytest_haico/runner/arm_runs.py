@@ -59,7 +59,9 @@ class ArmRuns:
         self.drain: Drain | None = None
         self.admission_stop: str | None = None
         self.emergency: str | None = None  # SIGTERM: stop now, no final dump
-        self.starting = False  # a stack is starting on the main thread
+        # A signal that came while a stack was starting: raised once the start has ended.
+        self.start_interrupt: KeyboardInterrupt | None = None
+        self._starting: ArmRun | None = None  # the arm whose stack starts on the main thread
         self.tearing_down = False
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
@@ -151,6 +153,20 @@ class ArmRuns:
 
     # -- ending early: called from signal handlers, so nothing here waits ---------------
 
+    @property
+    def starting(self) -> bool:
+        """Whether a stack is starting on the main thread."""
+        return self._starting is not None
+
+    def interrupt_start(self, error: KeyboardInterrupt) -> None:
+        """The stack starting now stops at its next step; `error` is then raised on the
+        main thread, where the start was called (never into whatever it was doing)."""
+        if self.start_interrupt is None:
+            self.start_interrupt = error
+        starting = self._starting
+        if starting is not None:
+            starting.interrupt_start(str(error) or type(error).__name__)
+
     def begin_drain(self, reason: str, timeout_s: float) -> None:
         """Stop admitting everywhere; what is in flight gets `timeout_s`, then is cancelled.
         A second call ends the drain at once."""
@@ -232,22 +248,27 @@ class ArmRuns:
             gates_only=gates_only,
         )
         self._sessions[arm] = session
-        self.starting = True
+        self._starting = session
         try:
             session.start()
         except StackError as exc:
-            gate = isinstance(exc, GateFailedError)
-            failure = (
-                f"arm {arm}: {exc}" if gate else f"the stack of arm {arm} did not start: {exc}"
-            )
-            self._failures[arm] = failure
-            if self.stack_failure is None:
-                self.stack_failure = failure
-                self.gate_failed = gate
-            self._stop_session(failure)
-            raise StackError(failure) from None
+            if self.start_interrupt is None:
+                gate = isinstance(exc, GateFailedError)
+                failure = (
+                    f"arm {arm}: {exc}" if gate else f"the stack of arm {arm} did not start: {exc}"
+                )
+                self._failures[arm] = failure
+                if self.stack_failure is None:
+                    self.stack_failure = failure
+                    self.gate_failed = gate
+                self._stop_session(failure)
+                raise StackError(failure) from None
         finally:
-            self.starting = False
+            self._starting = None
+        interrupt, self.start_interrupt = self.start_interrupt, None
+        if interrupt is not None:
+            session.stop(final_dump=False)  # idempotent: a start that raised stopped all
+            raise interrupt
         if gates_only:
             return session
         for state in self._attempts.get(arm, []):

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from functools import partial
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pytest_haico.errors import NotAdmittedError
 
@@ -73,6 +73,7 @@ class Runner(Generic[K, R, F]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: dict[asyncio.Task[R], K] = {}  # touched on the loop thread only
+        self._calls: set[concurrent.futures.Future[Any]] = set()  # call()s under way
         self._in_finish = threading.local()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=finish_workers, thread_name_prefix=f"{name}-finish"
@@ -231,11 +232,21 @@ class Runner(Generic[K, R, F]):
         if self._on_loop_thread():
             raise RuntimeError("call() from the runner's own loop would wait on itself")
         future = asyncio.run_coroutine_threadsafe(_awaited(factory), loop)
+        self._calls.add(future)
         try:
             return future.result(timeout)
         except TimeoutError:
             future.cancel()
             raise
+        finally:
+            self._calls.discard(future)
+
+    def cancel_calls(self) -> None:
+        """Cancel every `call` under way: each raises `concurrent.futures.CancelledError` in
+        its caller. Safe from a signal handler (a future's cancel takes only its own
+        reentrant lock, and hands the task's cancellation to the loop)."""
+        for future in list(self._calls):
+            future.cancel()
 
     def __enter__(self) -> Runner[K, R, F]:
         self.start()

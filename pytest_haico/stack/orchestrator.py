@@ -132,6 +132,7 @@ class Orchestrator:
         self._lock = threading.RLock()  # a signal handler may stop() mid-start()
         self._started = False
         self._stopped = False
+        self._interrupted: str | None = None  # why start() must end at its next step
 
     @property
     def processes(self) -> Mapping[str, ServiceProcess]:
@@ -191,9 +192,17 @@ class Orchestrator:
             )
         )
 
+    def interrupt(self, reason: str) -> None:
+        """End a `start()` in progress at its next step (within a poll interval) with a
+        `StackError`, stopping what it started. Safe from a signal handler: it only sets a
+        flag, so nothing is raised into whatever the main thread was doing."""
+        self._interrupted = reason
+
     def _abort_if_stopped(self) -> None:
-        # A signal handler (or a prepare) may stop the stack while start() runs: whatever
-        # was launched since, or was still preparing then, must not outlive that.
+        if self._interrupted is not None:
+            raise StackError(f"{self._interrupted}: the stack was stopped while starting")
+        # A prepare may stop the stack while start() runs: whatever was launched since, or
+        # was still preparing then, must not outlive that.
         if not self._stopped:
             return
         starting = [s.name for s in self.services if s.name in self._preparations]

@@ -15,6 +15,7 @@ from pytest_haico.campaign.signals import SessionSignals, TerminatedError
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.ledger.recorder import Recorder
+from pytest_haico.runner.arm_run import ArmRun
 from pytest_haico.runner.arm_runs import ArmRuns
 from tests.harness import CampaignProject
 
@@ -97,3 +98,28 @@ def test_during_teardown_int_and_term_cancel_but_never_raise(tmp_path: Path) -> 
     signals._int(signal.SIGINT, None)
     signals._term(signal.SIGTERM, None)
     assert signals.sessions.emergency is not None
+
+
+class _StartingRun:
+    """What a signal handler may touch of an arm run whose stack is starting."""
+
+    def __init__(self) -> None:
+        self.interrupted: list[str] = []
+
+    def interrupt_start(self, reason: str) -> None:
+        self.interrupted.append(reason)
+
+
+@pytest.mark.parametrize("handler", ["_int", "_usr1", "_term"])
+def test_while_a_stack_starts_no_handler_raises_the_start_ends_at_its_next_step(
+    tmp_path: Path, handler: str
+) -> None:
+    signals = _signals(tmp_path)
+    starting = _StartingRun()
+    signals.sessions._starting = cast(ArmRun, starting)
+    getattr(signals, handler)(signal.SIGTERM, None)  # raising here could orphan a Popen
+    assert len(starting.interrupted) == 1
+    interrupt = signals.sessions.start_interrupt
+    assert isinstance(interrupt, KeyboardInterrupt)  # what the start raises when it ends
+    if handler == "_term":
+        assert isinstance(interrupt, TerminatedError)
