@@ -25,7 +25,14 @@ from pytest_haico.ledger.files import (
 )
 from pytest_haico.ledger.jsonl import LedgerWriter
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
-from pytest_haico.ledger.rundir import ArmPaths, RunClaim, claim_run_dir, job_part, remove_run_dir
+from pytest_haico.ledger.rundir import (
+    ArmPaths,
+    RunClaim,
+    claim_run_dir,
+    is_unused,
+    job_part,
+    remove_run_dir,
+)
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import PLACEHOLDER, Redactor
 
@@ -200,10 +207,14 @@ class Recorder:
             return {arm: writer.path for arm, writer in self._writers.items()}
 
     def close(self) -> None:
-        """Close the ledgers and give up the share claims."""
+        """Close the ledgers and give up the share claims; a run directory claimed for
+        nothing (a rerun with every item done) is removed."""
         with self._lock:
-            for writer in self._writers.values():
+            for arm, writer in self._writers.items():
                 writer.close()
+                claim = self._claims[arm]
+                if not writer.path.exists() and is_unused(claim.path):
+                    remove_run_dir(claim.path)
             for share in self._shares.values():
                 share.release()
             self._shares.clear()

@@ -100,6 +100,15 @@ def claim_run_dir(paths: ArmPaths, part: str, *, file_mode: int = DEFAULT_FILE_M
     return RunClaim(run_id=run_id, path=target)
 
 
+def is_unused(target: Path) -> bool:
+    """Whether the run directory holds nothing but its claim: no log, dump, gates.json."""
+    try:
+        names = {path.name for path in target.iterdir()}
+        return names <= {"claim.json", "logs"} and not any((target / "logs").iterdir())
+    except OSError:
+        return False
+
+
 def remove_run_dir(target: Path) -> None:
     """Undo a claim (failed half-way, or refused): nothing else is in the directory yet."""
     for remove in ((target / "logs").rmdir, (target / "claim.json").unlink, target.rmdir):

@@ -52,9 +52,12 @@ def test_infra_failures_are_retried_until_max_attempts_then_gave_up(
     ]
     outcomes = {r["verdict"]: r["outcome"] for r in campaign.records("demo")}
     assert outcomes == {"infra_error": "error", "rate_limited": "error", "gave_up": "error"}
+    runs = sorted(path.name for path in (campaign.arm_dir("demo") / "runs").iterdir())
     campaign.run("--haico-max-attempts", "2").stdout.fnmatch_lines(
         ["haico: 2 done in ledger, 0 to run (0 retries)"]
     )
+    # A run with nothing to run leaves no run directory behind.
+    assert sorted(path.name for path in (campaign.arm_dir("demo") / "runs").iterdir()) == runs
 
 
 def test_an_interrupted_attempt_is_retried_without_counting(
