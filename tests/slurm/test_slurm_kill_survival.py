@@ -33,7 +33,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -184,12 +184,20 @@ class Jobs:
     cluster: SlurmCluster
     submitted: list[str] = field(default_factory=list)
 
-    def submit(self, campaign: Campaign, sbatch: Sequence[str], pytest_args: Sequence[str]) -> str:
+    def submit(
+        self,
+        campaign: Campaign,
+        sbatch: Sequence[str],
+        pytest_args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
+        exports = "".join(f",{name}={value}" for name, value in (env or {}).items())
         result = self.cluster.run(
             "sbatch",
             "--parsable",
             f"--chdir={campaign.root}",
-            f"--export=ALL,HAICO_PYTHON={sys.executable}",
+            f"--export=ALL,HAICO_PYTHON={sys.executable}{exports}",
             "--output=job-%j.out",
             *sbatch,
             str(WRAPPER),
@@ -200,6 +208,13 @@ class Jobs:
         job = result.stdout.strip().split(";")[0]
         self.submitted.append(job)
         return job
+
+    def successor(self, campaign: Campaign, job: str) -> str:
+        """The chain link `job` queued to continue it (HAICO_CHAIN), cancelled at the end."""
+        found = re.search(r"haico: chain: queued job (\d+) to continue", campaign.log(job))
+        assert found, campaign.log(job)
+        self.submitted.append(found[1])
+        return found[1]
 
     def state(self, job: str) -> str:
         return self.cluster.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").stdout.strip()
@@ -329,14 +344,16 @@ class Walltime:
     campaign: Campaign
     jobs: Jobs
     timed_out: Ran
+    successor: str  # the chain's next link, queued by the timed-out job
 
 
 @pytest.fixture(scope="module")
 def walltime(
     slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Walltime]:
-    """A campaign job killed at its walltime: submitted with `--signal=B:USR1@30`, its end time
-    moved to 31-32 s ahead once a short conversation completed (see the module docstring)."""
+    """A campaign job killed at its walltime: submitted with `--signal=B:USR1@30` as the first
+    of a two-link chain (HAICO_CHAIN=1), its end time moved to 31-32 s ahead once a short
+    conversation completed (see the module docstring)."""
     root = tmp_path_factory.mktemp("walltime") / "project"
     # 34 turns of >= 2 s: >= 68 s, past TERM (at most 62 s after the end time is moved,
     # itself ~2.5 s after the long conversation started).
@@ -345,23 +362,27 @@ def walltime(
         clear_campaign_environment(patch)
         jobs = Jobs(slurm_cluster)
         try:
-            job = jobs.submit(campaign, WALLTIME_SBATCH, WALLTIME_PYTEST)
+            # A command-line --signal is not in the job's record: the chain passes it on as
+            # SBATCH_SIGNAL, as the README says.
+            chain = {"HAICO_CHAIN": "1", "SBATCH_SIGNAL": "B:USR1@30"}
+            job = jobs.submit(campaign, WALLTIME_SBATCH, WALLTIME_PYTEST, env=chain)
             services = wait_for_services(jobs, campaign, job)
             wait_for_records(jobs, campaign, job, 1)
             slurm_cluster.run(
                 "scontrol", "update", f"JobId={job}", f"EndTime={end_time_in(31)}", check=True
             )
             state = jobs.wait_ended(job, timeout=150)
-            yield Walltime(campaign, jobs, Ran(job, state, services))
+            successor = jobs.successor(campaign, job)
+            yield Walltime(campaign, jobs, Ran(job, state, services), successor)
         finally:
             jobs.cancel_all()
 
 
 @pytest.fixture(scope="module")
 def resubmitted(walltime: Walltime) -> Ran:
-    """The timed-out job's command submitted again, run to its end."""
-    campaign, jobs = walltime.campaign, walltime.jobs
-    job = jobs.submit(campaign, WALLTIME_SBATCH, WALLTIME_PYTEST)
+    """The chain's next link, which Slurm started once the first ended TIMEOUT, run to its
+    end: the timed-out job's command again, with nobody resubmitting it by hand."""
+    campaign, jobs, job = walltime.campaign, walltime.jobs, walltime.successor
     services = wait_for_services(jobs, campaign, job)
     return Ran(job, jobs.wait_ended(job, timeout=180), services)
 
@@ -415,13 +436,15 @@ def test_walltime_job_times_out_with_every_item_recorded_interrupted_or_not_star
     nothing_left(slurm_cluster, job, walltime.timed_out.services)
 
 
-def test_resubmitting_the_timed_out_command_finishes_the_rest_and_nothing_twice(
+def test_the_chain_continues_the_timed_out_job_and_finishes_the_rest_nothing_twice(
     slurm_cluster: SlurmCluster, walltime: Walltime, resubmitted: Ran
 ) -> None:
     campaign, first, again = walltime.campaign, walltime.timed_out.job, resubmitted.job
     log = campaign.log(again)
     assert resubmitted.state == "COMPLETED", log
     assert slurm_cluster.job_fields(again)["ExitCode"] == "0:0"
+    assert re.search(rf"haico: chain: job {first} ended TIMEOUT\b.*: continuing it", log), log
+    assert "haico: chain: the last link, no successor" in log
     before = campaign.verdicts(first)
     done = sum(1 for v in before.values() if v == "completed")
     assert f"haico: {done} done in ledger, {len(campaign.scripts) - done} to run" in log
