@@ -1,7 +1,11 @@
-"""pytest-haico's entry point: its options, its markers, and the registration of its plugin
-objects. What each object does lives in `pytest_haico.campaign`."""
+"""pytest-haico's entry point: its options, its markers, the registration of its plugin
+objects, and the plugins a campaign does without. What each object does lives in
+`pytest_haico.campaign`."""
 
 from __future__ import annotations
+
+import os
+import shlex
 
 import pytest
 
@@ -11,6 +15,55 @@ CAMPAIGN_PLUGIN = "haico-campaign"
 NO_CAMPAIGN_PLUGIN = "haico-no-campaign"
 SIGNALS_PLUGIN = "haico-signals"
 FIXTURES_PLUGIN = "haico-fixtures"
+HELD_PLUGINS = "haico-held-plugins"
+
+# langsmith, which the stand-ins' LangChain pulls in, registers a pytest plugin (entry point
+# `langsmith_plugin`) whose import costs about a second at every pytest start
+# (benchmarks/static_gate.py); no campaign uses it.
+LANGSMITH_PLUGIN = "langsmith_plugin"
+
+
+class HeldPlugins:
+    """Entry-point plugins held back while pytest loaded its entry points; a session that
+    turns out not to be a campaign gets them at configure time (`release`)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def release(self, pluginmanager: pytest.PytestPluginManager) -> None:
+        for name in self.names:
+            pluginmanager.unblock(name)
+            pluginmanager.load_setuptools_entrypoints("pytest11", name=name)
+        self.names = []
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    # pytest calls this as it registers this plugin, so before it imports the entry points
+    # listed after ours (their order in site-packages: when langsmith's comes first, it has
+    # loaded already). Whether this session is a campaign is known only at configure time,
+    # so langsmith's plugin is held back now and released then for any other session.
+    # What the user named (-p langsmith_plugin, -p no:langsmith_plugin) is left alone.
+    config = pluginmanager.get_plugin("pytestconfig")
+    if (
+        not isinstance(config, pytest.Config)
+        or pluginmanager.has_plugin(LANGSMITH_PLUGIN)
+        or pluginmanager.is_blocked(LANGSMITH_PLUGIN)
+        or _asks_for_langsmith_output(config)
+    ):
+        return
+    pluginmanager.set_blocked(LANGSMITH_PLUGIN)
+    pluginmanager.register(HeldPlugins([LANGSMITH_PLUGIN]), HELD_PLUGINS)
+
+
+def _asks_for_langsmith_output(config: pytest.Config) -> bool:
+    """Whether any argument pytest will parse is langsmith's own option, which only its
+    plugin, loaded now, can parse."""
+    args = [
+        *config.invocation_params.args,
+        *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+        *config.getini("addopts"),
+    ]
+    return any(arg.startswith("--langsmith-output") for arg in args)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,10 +82,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(fixtures, FIXTURES_PLUGIN)
     settings = resolve_settings(config)
-    from pytest_haico.campaign.checks import check_supported
+    from pytest_haico.campaign.checks import check_supported, collects
 
     check_supported(settings)
-    if not settings.experiments.is_dir():
+    campaign_dir = settings.experiments.is_dir()
+    held = config.pluginmanager.get_plugin(HELD_PLUGINS)
+    if isinstance(held, HeldPlugins) and not (
+        campaign_dir and collects(config, settings.experiments)
+    ):
+        held.release(config.pluginmanager)
+    if not campaign_dir:
         if settings.experiments_given:
             raise pytest.UsageError(
                 f"haico: --haico-experiments {settings.experiments}: no such directory; it must "
