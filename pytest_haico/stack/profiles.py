@@ -39,6 +39,8 @@ class HttpService:
     cwd: Path | None = None
     port_env: str | None = None  # the variable that tells the process its port, if any
     port: int | None = None
+    inherit_env: bool = True  # False: `env()` is the whole environment, not an addition
+    progress_every_s: float | None = None  # how often the wait for it logs its log's last line
 
     @property
     def url(self) -> str:
@@ -54,12 +56,13 @@ class HttpService:
         """Nothing to prepare."""
 
     def command(self, port: int) -> Command:
-        """argv for `port` and the inherited environment plus `env()`."""
+        """argv for `port` and the inherited environment plus `env()` (or `env()` alone)."""
         self.port = port
         env = dict(self.env())
         if self.port_env is not None:
             env[self.port_env] = str(port)
-        return Command(argv=list(self.argv(port)), env=inherited_env(env), cwd=self.cwd)
+        full = inherited_env(env) if self.inherit_env else env
+        return Command(argv=list(self.argv(port)), env=full, cwd=self.cwd)
 
     def probe(self, port: int) -> bool:
         """One GET of the health path; a cluster's proxy settings must not apply to loopback."""
@@ -94,8 +97,11 @@ class Stack:
         api_key: str,
         admin_token: str,
         model_endpoint: ModelEndpoint | None = None,
+        backend_config: Mapping[str, str] | None = None,
     ) -> None:
         self.orchestrator = orchestrator
+        # The haico-owned settings the backend was given (no secret), for run-config.
+        self.backend_config: Mapping[str, str] = dict(backend_config or {})
         self.postgres = postgres
         self.llm = llm
         self.external_model = model_endpoint

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import re
 import shlex
 import signal
 import subprocess
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 _TAIL_BYTES = 8192
 _TAIL_LINES = 25
 _KILL_WAIT = 5.0
+_PROGRESS_CHARS = 300  # a progress line stays one line of the session's output
+_HEADER = "--- pytest-haico "  # how our own lines in a service's log begin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +65,10 @@ class Service(Protocol):
     * `command(port)` for each attempt (a service that failed to bind gets another
       port); `probe(port)` is one health check and never raises; `on_healthy(port)`
       once it passes; `cleanup()` after the process stopped (and prepare returned).
+
+    Optional: a `progress_every_s` attribute (seconds, None: never) makes the wait for it
+    log, that often, what its log last said (a model server loading its weights for
+    tens of minutes says which shard it is at).
     """
 
     @property
@@ -99,6 +106,34 @@ def inherited_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, **(extra or {})}
 
 
+def write_env_file(path: Path, env: Mapping[str, str], *, uid: int = -1, gid: int = -1) -> None:
+    """Create `path` (it must not exist) holding `env` as KEY='value' lines, mode 0600 from
+    its creation, owned by `uid`/`gid` (-1: this process's) before anything is written.
+
+    The values are quoted as a shell would read them (Apptainer evaluates an env file).
+    """
+    lines = []
+    for key, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or "\0" in value or "\n" in value:
+            raise StackError(f"{path}: refusing to write {key!r}: not a plain variable")
+        lines.append(f"{key}={_shell_quote(value)}\n")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)  # never write-then-chmod: no moment of a wider mode
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            if uid != -1 or gid != -1:
+                os.fchown(handle.fileno(), uid, gid)
+            os.fchmod(handle.fileno(), 0o600)  # the umask may have cut it: exactly 0600
+            handle.write("".join(lines))
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
 def _user_ids(user: str) -> tuple[int, list[int]]:
     entry = pwd.getpwnam(user)
     # Without an explicit group list the child would keep root's supplementary groups.
@@ -118,6 +153,27 @@ def read_log_tail(path: Path, *, offset: int = 0, secrets: Iterable[str] = ()) -
     return "\n".join(f"    {line}" for line in lines)
 
 
+def read_last_log_line(path: Path, *, offset: int = 0, secrets: Iterable[str] = ()) -> str | None:
+    """The last non-empty line a service wrote to its log from `offset` on, redacted and cut
+    to one short line; None if it wrote nothing yet.
+
+    A carriage return ends a line too: progress bars (tqdm) redraw one line with it.
+    """
+    try:
+        with path.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(offset, size - _TAIL_BYTES))
+            text = log.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(text.replace("\r", "\n").split("\n")):
+        line = line.strip()
+        if line and not line.startswith(_HEADER):
+            line = Redactor(secrets).redact(line)
+            return line if len(line) <= _PROGRESS_CHARS else line[: _PROGRESS_CHARS - 1] + "…"
+    return None
+
+
 class ServiceProcess:
     """One attempt at running a service on a port: spawn, `check` until healthy, `stop`."""
 
@@ -135,6 +191,7 @@ class ServiceProcess:
         self._status: int | None = None
         self._log_offset = 0
         self._stopped = False
+        self._progress_at: float | None = None  # when the wait last reported progress
 
     @property
     def healthy_seconds(self) -> float | None:
@@ -153,7 +210,7 @@ class ServiceProcess:
         argv = [str(arg) for arg in cmd.argv]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        header = f"--- pytest-haico {stamp} {name} port {self.port} attempt {self.attempt}: "
+        header = f"{_HEADER}{stamp} {name} port {self.port} attempt {self.attempt}: "
         header += shlex.join(argv)
         gid: int | None = None
         groups: list[int] | None = None
@@ -256,9 +313,29 @@ class ServiceProcess:
             logger.info("%s: healthy after %.2f s", self.service.name, self.healthy_seconds)
             return True
         timeout = self.service.start_timeout
-        if time.monotonic() - self.spawned_at > timeout:
+        now = time.monotonic()
+        if now - self.spawned_at > timeout:
             raise StackError(self._failure(f"was not healthy within {timeout:g} s"))
+        self._report_progress(now)
         return False
+
+    def _report_progress(self, now: float) -> None:
+        """Every `progress_every_s` of the wait, log what the service's log last said."""
+        every: float | None = getattr(self.service, "progress_every_s", None)
+        assert self.spawned_at is not None
+        if not every or now - (self._progress_at or self.spawned_at) < every:
+            return
+        self._progress_at = now
+        last = read_last_log_line(
+            self.log_path, offset=self._log_offset, secrets=self.service.secrets
+        )
+        logger.info(
+            "%s: not healthy yet after %.0f s (timeout %g s); its log last said: %s",
+            self.service.name,
+            now - self.spawned_at,
+            self.service.start_timeout,
+            last if last is not None else "(nothing yet)",
+        )
 
     def wait_healthy(self, *, poll: float = 0.05) -> None:
         """Block until `check` passes or raises."""

@@ -1,0 +1,387 @@
+"""The cluster profile: vLLM from the site's venv, Postgres and the backend from images.
+
+* vLLM: `$VLLM_VENV/bin/vllm serve <model> --served-model-name <name> --host 127.0.0.1
+  --port <port> --max-model-len <n> [--enable-auto-tool-choice --tool-call-parser <p>]
+  [--tensor-parallel-size <tp>] [--data-parallel-size <dp>] [--revision <rev>]
+  <extra_args>`, not containerised; its key in `VLLM_API_KEY`, never in argv; the host
+  environment with the venv activated and `HF_HUB_OFFLINE=1` (a campaign never
+  downloads). The wait for it has the arm's `start_timeout_s` and logs every 30 s what
+  its log last said.
+* Postgres: `postgres -D` in `POSTGRES_IMAGE`, through `apptainer exec` (`PostgresService`
+  with an `Apptainer` launcher), data under the node-local `$TMPDIR`.
+* The backend: `haico-backend --host 127.0.0.1 --port <port>` in the backend image, with the
+  environment contract of `BackendCommand` plus the haico-owned `BackendConfig`, all in a
+  0600 env file; a hosts file bound to /etc/hosts maps the model server's names to
+  127.0.0.1. OPENAI_ENDPOINT_URL is never set (`--cleanenv` drops the host's).
+
+The model endpoint is `http://vllm.localhost:<port>/v1`, as in the local profile: a name
+under `.localhost` can never resolve to another machine, even where the hosts file is
+missing, and its host contains `vllm` (which makes the backend use `VLLM_API_KEY`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_haico.config.cluster_env import ClusterEnv
+from pytest_haico.config.experiment import Arm
+from pytest_haico.errors import ConfigError, StackError
+from pytest_haico.stack.apptainer import Apptainer, ContainerHttpService, require_sif, sif_path
+from pytest_haico.stack.orchestrator import Orchestrator
+from pytest_haico.stack.ports import PortPool
+from pytest_haico.stack.postgres import PostgresService
+from pytest_haico.stack.profiles import (
+    BackendCommand,
+    HttpService,
+    ModelEndpoint,
+    Stack,
+    build_command_backend,
+)
+from pytest_haico.stack.service import Service, new_secret
+
+MODEL_HOST = "vllm.localhost"  # the model server's name for the backend (hosts file)
+DEFAULT_BACKEND_ARGV = ("haico-backend", "--host", "127.0.0.1", "--port", "{port}")
+PROGRESS_EVERY_S = 30.0
+POSTGRES_START_TIMEOUT_S = 120.0  # an image's first start from a shared file system
+BACKEND_START_TIMEOUT_S = 300.0  # the backend's imports, from a SIF on a shared file system
+# Flags the profile sets itself: an arm's extra_args may not repeat or override them.
+_OWN_FLAGS = (
+    "--model",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--max-model-len",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "--tensor-parallel-size",
+    "-tp",
+    "--data-parallel-size",
+    "-dp",
+    "--revision",
+)
+# Variables of the host that must not reach vLLM: the harness's Python packages (they would
+# mix into the vLLM venv's interpreter), and what no service is ever given.
+_NOT_FOR_VLLM = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "VLLM_API_KEY", "OPENAI_ENDPOINT_URL")
+_FALLBACK_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
+@dataclass(frozen=True)
+class ClusterSite:
+    """What the cluster profile takes from cluster.env (and the environment)."""
+
+    source: str  # the cluster.env path, for messages
+    vllm_venv: Path | None
+    sif_dir: Path | None
+    postgres_image: str | None
+    backend_image: str | None
+    hf_home: str | None
+    phoenix_enabled: bool
+
+
+def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) -> ClusterSite:
+    """cluster.env's values; VLLM_VENV, SIF_DIR and HF_HOME fall back to the environment,
+    and `$CLUSTER_WORK` of the environment wins over the file's (as for the results root).
+    """
+    values = site.values if site is not None else {}
+
+    def get(key: str, *, env_fallback: bool = True) -> str | None:
+        return values.get(key) or (environ.get(key) if env_fallback else None) or None
+
+    work = environ.get("CLUSTER_WORK") or values.get("CLUSTER_WORK")
+    sif_dir = get("SIF_DIR") or (str(Path(work) / "sif") if work else None)
+    venv = get("VLLM_VENV")
+    return ClusterSite(
+        source=str(site.path) if site is not None else "cluster.env",
+        vllm_venv=Path(venv) if venv else None,
+        sif_dir=Path(sif_dir) if sif_dir else None,
+        postgres_image=get("POSTGRES_IMAGE", env_fallback=False),
+        backend_image=get("BACKEND_IMAGE", env_fallback=False),
+        hf_home=get("HF_HOME"),
+        phoenix_enabled=get("PHOENIX_ENABLED", env_fallback=False) == "1",
+    )
+
+
+def image_refs(
+    site: ClusterSite, arm: Arm, *, backend_image: str | None = None, backend_command: bool = False
+) -> dict[str, str]:
+    """Service name → the image reference it runs from: Postgres' always, the backend's
+    unless a command replaces it (`backend_image` is --haico-backend-image, else the arm's,
+    else cluster.env's). Raises ConfigError if one is not set."""
+    images = {"postgres": _required(site.postgres_image, site, "POSTGRES_IMAGE", "Postgres")}
+    if not backend_command:
+        chosen = backend_image or arm.backend.image or site.backend_image
+        images["backend"] = _required(chosen, site, "BACKEND_IMAGE", "the backend")
+    return images
+
+
+def image_sifs(
+    site: ClusterSite, arm: Arm, *, backend_image: str | None = None, backend_command: bool = False
+) -> dict[str, Path]:
+    """Service name → the SIF it runs from, existing or not (gate 8 `images` checks them).
+    Raises ConfigError if an image is not set or not pinned by digest."""
+    refs = image_refs(site, arm, backend_image=backend_image, backend_command=backend_command)
+    return {
+        name: sif_path(ref, _sif_dir(site, ref), source=site.source) for name, ref in refs.items()
+    }
+
+
+def _sif_dir(site: ClusterSite, ref: str) -> Path:
+    if site.sif_dir is None and ref.startswith("docker://"):
+        raise ConfigError(
+            site.source, "SIF_DIR", "not set, nor CLUSTER_WORK: no place for the images' SIFs"
+        )
+    return site.sif_dir or Path("/")
+
+
+def _required(value: str | None, site: ClusterSite, key: str, what: str) -> str:
+    if not value:
+        raise ConfigError(
+            site.source,
+            key,
+            f"required by the cluster profile: {what}'s image pinned by digest "
+            "(docker://<repo>@sha256:<64 hex>) or the absolute path of a .sif",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """The backend's settings that pytest-haico owns (DESIGN's recorded divergences from the
+    seed): tracing only with PHOENIX_ENABLED=1 in cluster.env, the study and the per-key
+    rate limiter off, the arm's max_tokens. Handed over as variables; no secret."""
+
+    tracing: bool
+    max_tokens: int
+
+    def environment(self) -> dict[str, str]:
+        """The variables the backend gets (and run-config records)."""
+        return {
+            "PHOENIX_ENABLED": "1" if self.tracing else "0",
+            "HAICO_STUDY_ENABLED": "0",
+            "HAICO_RATE_LIMIT_ENABLED": "0",
+            "HAICO_MAX_TOKENS": str(self.max_tokens),
+        }
+
+
+def vllm_argv(arm: Arm, *, executable: Path, port: int) -> list[str]:
+    """The vLLM command line for `arm` on `port` (no secret: the key is in the environment)."""
+    model = arm.model.path or arm.model.hf_id
+    if not model:
+        raise ConfigError(
+            f"arms/{arm.name}.toml",
+            "model",
+            "the cluster profile serves real weights: set [model] path, or hf_id and revision",
+        )
+    settings = arm.vllm
+    argv = [str(executable), "serve", model, "--served-model-name", arm.served_name]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--max-model-len", str(settings.max_model_len)]
+    if settings.enable_tool_calling and settings.tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_call_parser]
+    if settings.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
+    if settings.data_parallel_size > 1:
+        argv += ["--data-parallel-size", str(settings.data_parallel_size)]
+    if arm.model.hf_id and arm.model.revision:
+        argv += ["--revision", arm.model.revision]
+    return [*argv, *settings.extra_args]
+
+
+def check_extra_args(arm: Arm) -> None:
+    """Refuse extra_args that put a secret in argv or override what the profile sets."""
+    for arg in arm.vllm.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag == "--api-key":
+            problem = "--api-key would put the key in argv, which every user can read"
+        elif flag in _OWN_FLAGS:
+            problem = f"{flag} is set by pytest-haico from the arm's other fields"
+        else:
+            continue
+        raise ConfigError(f"arms/{arm.name}.toml", "vllm.extra_args", f"{problem}; remove it")
+
+
+def vllm_environment(
+    environ: Mapping[str, str], *, venv: Path, api_key: str, hf_home: str | None
+) -> dict[str, str]:
+    """The host's environment (CUDA_VISIBLE_DEVICES and the site's) with the venv activated,
+    the key, and the Hugging Face cache read offline."""
+    env = {key: value for key, value in environ.items() if key not in _NOT_FOR_VLLM}
+    path = environ.get("PATH", os.defpath)
+    env.update(
+        VIRTUAL_ENV=str(venv),
+        PATH=f"{venv / 'bin'}{os.pathsep}{path}",
+        HF_HUB_OFFLINE="1",
+        VLLM_API_KEY=api_key,
+    )
+    if hf_home:
+        env["HF_HOME"] = hf_home
+    return env
+
+
+def build_vllm_service(
+    arm: Arm, *, venv: Path, api_key: str, environ: Mapping[str, str], hf_home: str | None
+) -> HttpService:
+    """vLLM from the venv, as an `HttpService` named `llm` (not yet started)."""
+    executable = venv / "bin" / "vllm"
+    if not os.access(executable, os.X_OK):
+        raise StackError(
+            f"llm: {executable} is not an executable: VLLM_VENV={venv} has no vLLM; build the "
+            "venv (`haico env`, sbatch/env.sbatch) or fix VLLM_VENV in cluster.env"
+        )
+    check_extra_args(arm)
+    vllm_argv(arm, executable=executable, port=0)  # a missing model fails here, not at spawn
+    env = vllm_environment(environ, venv=venv, api_key=api_key, hf_home=hf_home)
+    return HttpService(
+        name="llm",
+        argv=lambda port: vllm_argv(arm, executable=executable, port=port),
+        env=lambda: env,
+        inherit_env=False,
+        health_path="/health",
+        start_timeout=arm.vllm.start_timeout_s,
+        # vLLM's own SIGTERM handling takes its engine and GPU workers down with it.
+        death_signal=signal.SIGTERM,
+        secrets=(api_key,),
+        progress_every_s=PROGRESS_EVERY_S,
+    )
+
+
+def hosts_file_text(base: str | None = None) -> str:
+    """The backend container's /etc/hosts: the model server's names on loopback, first (the
+    first match wins), then the host's own entries (`base`, default /etc/hosts)."""
+    if base is None:
+        try:
+            base = Path("/etc/hosts").read_text(encoding="utf-8")
+        except OSError:
+            base = _FALLBACK_HOSTS
+    own = f"# pytest-haico: the model server runs on this node\n127.0.0.1\t{MODEL_HOST} vllm\n"
+    return own + base
+
+
+def build_cluster_stack(
+    log_dir: Path,
+    *,
+    arm: Arm,
+    site: ClusterEnv | None,
+    environ: Mapping[str, str] | None = None,
+    backend_image: str | None = None,
+    backend_command: BackendCommand | None = None,
+    model_endpoint: ModelEndpoint | None = None,
+    backend_argv: Sequence[str] = DEFAULT_BACKEND_ARGV,
+    hosts_base: str | None = None,
+    state_dir: Path | None = None,
+    ports: PortPool | None = None,
+    registry_mirror: Path | None = None,
+    log_mode: int = 0o640,
+) -> Stack:
+    """The cluster profile's services for `arm`, not yet started (the same `Stack` as the
+    local profile's). Everything that can be checked without starting anything is checked
+    here: the images' SIFs exist, apptainer is on PATH, the venv has a `vllm`.
+
+    `backend_image` is `--haico-backend-image` (else the arm's, else cluster.env's
+    BACKEND_IMAGE); a `backend_command` runs on the host instead of an image; a
+    `model_endpoint` replaces vLLM (none is started). `environ` defaults to os.environ.
+    """
+    environ = os.environ if environ is None else environ
+    resolved = resolve_cluster_site(site, environ)
+    refs = image_refs(
+        resolved, arm, backend_image=backend_image, backend_command=backend_command is not None
+    )
+    found = shutil.which("apptainer", path=environ.get("PATH", os.defpath))
+    if found is None:
+        raise StackError(
+            "apptainer is not on PATH: Postgres and the backend run from images; load it "
+            "(e.g. `module load apptainer`) in the job script before pytest"
+        )
+    sifs = {
+        name: require_sif(ref, _sif_dir(resolved, ref), what=name, source=resolved.source)
+        for name, ref in refs.items()
+    }
+    api_key = model_endpoint.api_key if model_endpoint is not None else new_secret()
+    admin_token = new_secret()
+    llm = None
+    if model_endpoint is None:
+        if resolved.vllm_venv is None:
+            raise ConfigError(
+                resolved.source, "VLLM_VENV", "not set: the cluster profile starts vLLM from it"
+            )
+        llm = build_vllm_service(
+            arm, venv=resolved.vllm_venv, api_key=api_key, environ=environ,
+            hf_home=resolved.hf_home,
+        )  # fmt: skip
+    postgres = PostgresService(
+        start_timeout=POSTGRES_START_TIMEOUT_S,
+        launcher=Apptainer(found, sifs["postgres"], environ=dict(environ)),
+    )
+
+    def model_url() -> str:
+        if model_endpoint is not None:
+            return model_endpoint.url
+        return f"http://{MODEL_HOST}:{orchestrator.port('llm')}/v1"
+
+    config = BackendConfig(tracing=resolved.phoenix_enabled, max_tokens=arm.generation.max_tokens)
+    backend: HttpService
+    if backend_command is not None:
+        backend = build_command_backend(
+            backend_command,
+            admin_token=admin_token,
+            api_key=api_key,
+            database_url=lambda: postgres.dsn_for(orchestrator.port(postgres.name)),
+            model_endpoint=model_url,
+            database_secrets=postgres.secrets,
+            requires=(postgres.name,),
+            start_timeout=BACKEND_START_TIMEOUT_S,
+        )
+    else:
+
+        def backend_env() -> dict[str, str]:
+            env = {
+                "ADMIN_DEFAULT_API_TOKEN": admin_token,
+                # A backend image's libpq may predate `require_auth`: a plain URI. It
+                # connects once Postgres is healthy on this port.
+                "HAICO_DATABASE_URL": postgres.dsn_for(orchestrator.port(postgres.name)),
+                "HAICO_MODEL_ENDPOINT": model_url(),
+                "HAICO_BACKEND_HOST": "127.0.0.1",
+                **config.environment(),
+            }
+            if api_key:
+                env["VLLM_API_KEY"] = api_key
+            return env
+
+        backend = ContainerHttpService(
+            name="backend",
+            argv=lambda port: [word.replace("{port}", str(port)) for word in backend_argv],
+            env=backend_env,
+            apptainer=Apptainer(found, sifs["backend"], environ=dict(environ)),
+            hosts=hosts_file_text(hosts_base),
+            health_path="/api/health",
+            health_headers={"Authorization": f"Bearer {admin_token}"},
+            requires=(postgres.name,),
+            start_timeout=BACKEND_START_TIMEOUT_S,
+            secrets=tuple(s for s in (api_key, admin_token, *postgres.secrets) if s),
+            port_env="HAICO_BACKEND_PORT",
+        )
+    # The model server first: its load is the long pole, and Postgres' initdb overlaps it.
+    services: list[Service] = [llm] if llm is not None else []
+    orchestrator = Orchestrator(
+        [*services, postgres, backend],
+        log_dir,
+        state_dir=state_dir,
+        ports=ports,
+        registry_mirror=registry_mirror,
+        log_mode=log_mode,
+    )
+    return Stack(
+        orchestrator,
+        postgres,
+        llm=llm,
+        backend=backend,
+        api_key=api_key,
+        admin_token=admin_token,
+        model_endpoint=model_endpoint,
+        backend_config=config.environment() if backend_command is None else {},
+    )
