@@ -30,7 +30,7 @@ def write_summary(
     arm: this run's verdicts and paths."""
     verdicts = recorder.verdicts
     ledger_failure = _ledger_failure(recorder, sessions)
-    gated = sessions.settings.gates_only and bool(sessions.runs)
+    gated = sessions.settings.gates_only and bool(sessions.gate_logs)
     quiet = not (_stopped_short(sessions) or ledger_failure or sessions.stack_failure or gated)
     if not verdicts and quiet:
         return
@@ -95,7 +95,7 @@ def exit_status(
         return EXIT_STACK_FAILED
     if _stopped_short(sessions) or recorder.write_failure is not None:
         return EXIT_RESUBMIT
-    gates_passed = sessions.settings.gates_only and bool(sessions.runs) and not interrupted
+    gates_passed = sessions.settings.gates_only and bool(sessions.gate_logs) and not interrupted
     if gates_passed and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         return pytest.ExitCode.OK  # every item was deselected: the gates were the run
     if mode is ExitMode.STRICT or status == pytest.ExitCode.USAGE_ERROR:
@@ -113,16 +113,16 @@ def exit_status(
 
 def _write_gate_tables(terminal: pytest.TerminalReporter, sessions: ArmRuns) -> None:
     """--haico-gates-only: per arm, what its gates found, and where gates.json is."""
-    for arm, run in sorted(sessions.runs.items()):
-        failure = first_failure(run.gate_log.results)
+    for arm, log in sorted(sessions.gate_logs.items()):
+        failure = first_failure(log.results)
         if failure is not None:
             verdict = f"gate {failure.name} FAILED"
         elif sessions.failure(arm) is not None:
-            verdict = f"{len(run.gate_log.results)} passed, then the stack did not start"
+            verdict = f"{len(log.results)} passed, then the stack did not start"
         else:
-            verdict = f"all {len(run.gate_log.results)} passed"
-        terminal.write_line(f"gates of arm {arm}: {verdict} ({run.gate_log.path})")
-        for line in render_table(run.gate_log.results).splitlines():
+            verdict = f"all {len(log.results)} passed"
+        terminal.write_line(f"gates of arm {arm}: {verdict} ({log.path})")
+        for line in render_table(log.results).splitlines():
             terminal.write_line(f"  {line}")
 
 

@@ -24,7 +24,7 @@ from pytest_haico.driver.conversation import (
 )
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import DumpError, LedgerWriteError, StackError
-from pytest_haico.gates.result import GateResult, arun_gates, run_gates
+from pytest_haico.gates.result import GateResult, arun_gates
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
@@ -39,7 +39,8 @@ from pytest_haico.provenance.runconfig import (
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.loop import Runner
-from pytest_haico.runner.preflight import GateLog, StaticGates, dynamic_gates, make_canary
+from pytest_haico.runner.preflight import GateLog
+from pytest_haico.runner.stack_gates import dynamic_gates, make_canary
 from pytest_haico.runner.walltime import WalltimeAdmission
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
 from pytest_haico.stack.orchestrator import ServiceTiming
@@ -108,8 +109,8 @@ class ArmRun:
         on_stop: Callable[[str], None],
         on_admission_stop: Callable[[str], None],
         dump_interval_s: float,
-        drain_margin_s: float,
-        static_gates: StaticGates,
+        admission: WalltimeAdmission,
+        gate_log: GateLog,
         gates_only: bool = False,
         backend_command: BackendCommand | None = None,
         model_endpoint: ModelEndpoint | None = None,
@@ -122,8 +123,8 @@ class ArmRun:
         self.on_stop = on_stop
         self.on_admission_stop = on_admission_stop
         self.dump_interval_s = dump_interval_s
-        self.drain_margin_s = drain_margin_s
-        self.static_gates = static_gates
+        self.admission = admission  # the static gates, which passed, ran with it
+        self.gate_log = gate_log
         self.gates_only = gates_only
         self.backend_command = backend_command
         self.model_endpoint = model_endpoint
@@ -132,9 +133,7 @@ class ArmRun:
         self.provenance_changes: list[str] = []  # since the arm's previous run
         self.dumps: DatabaseDumps | None = None
         self.dump_failure: str | None = None
-        self.admission: WalltimeAdmission | None = None
         self.claim: RunClaim = recorder.claim(arm.name)
-        self.gate_log = GateLog(self.claim.path / "gates.json", file_mode=recorder.file_mode)
         self.paths: ArmPaths = recorder.paths(arm.name)
         self.stack: Stack | None = None
         self.view: HaicoStack | None = None
@@ -165,13 +164,13 @@ class ArmRun:
         return (self._stopped_at or time.monotonic()) - self._started_at
 
     def start(self) -> HaicoStack:
-        """Run the static gates, start the stack, run the dynamic gates, then start the
+        """Start the stack (the static gates passed), run the dynamic gates, then start the
         dumps, the service watch and the conversations' runner; leak-proof (a failure stops
         what started). With `gates_only` it stops short after the dynamic gates: the caller
         then stops the stack, and no conversation runs.
 
         Every failure to start is a `StackError`, whatever raised it; a failed gate is its
-        `GateFailedError`. gates.json in the run directory holds every gate run.
+        `GateFailedError`. The gate log's gates.json holds every gate run.
         """
         self._started_at = time.monotonic()
         try:
@@ -183,13 +182,6 @@ class ArmRun:
 
     def _start(self) -> HaicoStack:
         arm = self.arm
-        self.admission = WalltimeAdmission(
-            self.recorder.job.job_id, self.paths.ledger_dir, drain_margin_s=self.drain_margin_s
-        )
-        self.gate_log.check(
-            run_gates(self.static_gates(self.admission), redactor=self.redactor),
-            redactor=self.redactor,
-        )
         self._check_start_interrupted()
         stack = build_local_stack(
             self.claim.path / "logs",
@@ -426,8 +418,6 @@ class ArmRun:
     def _admit(self, state: ItemAttempt) -> str | None:
         """Walltime admission: no new conversation that the job's remaining time cannot
         cover; the run then lets the in-flight ones finish and stops (exit 75)."""
-        if self.admission is None:
-            return None
         reason = self.admission.refusal(state.spec.stratum)
         if reason is not None:
             self.on_admission_stop(reason)
@@ -586,8 +576,7 @@ class ArmRun:
             self._require_runner().stop_admitting(str(exc))
             self.on_stop(str(exc))
             raise
-        if self.admission is not None:
-            self.admission.observe(state.spec.stratum, result.verdict, result.duration_s)
+        self.admission.observe(state.spec.stratum, result.verdict, result.duration_s)
         return Conversation(spec=state.spec, result=result, record=record)
 
     def _failed(self, exc: BaseException) -> ConversationResult:

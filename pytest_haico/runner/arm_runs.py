@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_haico.config.settings import Settings
     from pytest_haico.gates.result import Gate
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
+    from pytest_haico.runner.preflight import GateLog
     from pytest_haico.runner.walltime import WalltimeAdmission
     from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint
 
@@ -61,7 +62,10 @@ class ArmRuns:
         self.emergency: str | None = None  # SIGTERM: stop now, no final dump
         # A signal that came while a stack was starting: raised once the start has ended.
         self.start_interrupt: KeyboardInterrupt | None = None
-        self._starting: ArmRun | None = None  # the arm whose stack starts on the main thread
+        self._launching = False  # an arm's gates and stack are starting on the main thread
+        self._starting: ArmRun | None = None  # its run, once it has one
+        # Arm -> every gate its start ran, and gates.json (kept when a static gate failed).
+        self.gate_logs: dict[str, GateLog] = {}
         self.tearing_down = False
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
@@ -155,8 +159,8 @@ class ArmRuns:
 
     @property
     def starting(self) -> bool:
-        """Whether a stack is starting on the main thread."""
-        return self._starting is not None
+        """Whether an arm's gates and stack are starting on the main thread."""
+        return self._launching
 
     def interrupt_start(self, error: KeyboardInterrupt) -> None:
         """The stack starting now stops at its next step; `error` is then raised on the
@@ -227,30 +231,12 @@ class ArmRuns:
         return self.admission_stop
 
     def _start(self, arm: str, *, gates_only: bool = False) -> ArmRun:
-        # Imported on first use: the stack and driver cost ~0.4 s to import.
-        from pytest_haico.runner.arm_run import ArmRun
-
-        settings = self.settings
-        session = ArmRun(
-            self.arms[arm],
-            concurrency=settings.concurrency or self.arms[arm].run.concurrency,
-            recorder=self.recorder,
-            # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
-            breaker=CircuitBreaker(),
-            on_stop=self._stop_early,
-            on_admission_stop=self._stop_admitting_for_walltime,
-            dump_interval_s=settings.dump_interval,
-            drain_margin_s=settings.drain_timeout + DUMP_MARGIN_S,
-            backend_command=_backend_command(settings),
-            model_endpoint=_model_endpoint(settings),
-            provenance=partial(self._provenance, arm),
-            static_gates=partial(self._static_gates, arm),
-            gates_only=gates_only,
-        )
-        self._sessions[arm] = session
-        self._starting = session
+        """The arm's static gates, then its run started (stack, dynamic gates, runner) and
+        its conversations queued. A signal meanwhile is raised here, once the start ended."""
+        self._launching = True
+        session: ArmRun | None = None
         try:
-            session.start()
+            session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
             if self.start_interrupt is None:
                 gate = isinstance(exc, GateFailedError)
@@ -263,17 +249,65 @@ class ArmRuns:
                     self.gate_failed = gate
                 self._stop_session(failure)
                 raise StackError(failure) from None
+            session = self._sessions.get(arm)
         finally:
+            self._launching = False
             self._starting = None
         interrupt, self.start_interrupt = self.start_interrupt, None
         if interrupt is not None:
-            session.stop(final_dump=False)  # idempotent: a start that raised stopped all
+            if session is not None:
+                session.stop(final_dump=False)  # idempotent: a start that raised stopped all
             raise interrupt
-        if gates_only:
-            return session
-        for state in self._attempts.get(arm, []):
-            if state.recorded is None:
-                session.submit(state)
+        assert session is not None
+        if not gates_only:
+            for state in self._attempts.get(arm, []):
+                if state.recorded is None:
+                    session.submit(state)
+        return session
+
+    def _launch(self, arm: str, *, gates_only: bool) -> ArmRun:
+        from pytest_haico.gates.result import run_gates
+        from pytest_haico.redact import Redactor
+        from pytest_haico.runner.preflight import GateLog
+        from pytest_haico.runner.walltime import WalltimeAdmission
+
+        settings = self.settings
+        admission = WalltimeAdmission(
+            self.recorder.job.job_id,
+            self.recorder.paths(arm).ledger_dir,
+            drain_margin_s=settings.drain_timeout + DUMP_MARGIN_S,
+        )
+        gate_log = GateLog(
+            self.recorder.claim(arm).path / "gates.json", file_mode=self.recorder.file_mode
+        )
+        self.gate_logs[arm] = gate_log
+        # No secret of the run exists before its stack does.
+        gate_log.check(run_gates(self._static_gates(arm, admission)), redactor=Redactor())
+        if self.start_interrupt is not None:
+            raise StackError("interrupted before the stack started")
+        # Imported only now, so that a failed static gate does not pay it (~0.3 s: the stack,
+        # the driver, httpx, psycopg).
+        from pytest_haico.runner.arm_run import ArmRun
+
+        session = ArmRun(
+            self.arms[arm],
+            concurrency=settings.concurrency or self.arms[arm].run.concurrency,
+            recorder=self.recorder,
+            # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
+            breaker=CircuitBreaker(),
+            on_stop=self._stop_early,
+            on_admission_stop=self._stop_admitting_for_walltime,
+            dump_interval_s=settings.dump_interval,
+            admission=admission,
+            gate_log=gate_log,
+            backend_command=_backend_command(settings),
+            model_endpoint=_model_endpoint(settings),
+            provenance=partial(self._provenance, arm),
+            gates_only=gates_only,
+        )
+        self._sessions[arm] = session
+        self._starting = session
+        session.start()
         return session
 
     def _provenance(self, arm: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import InfraError
 from pytest_haico.gates.backend import check_backend_health, check_canary_turn
-from pytest_haico.runner.preflight import make_canary
+from pytest_haico.runner.stack_gates import make_canary
 from tests.standins.standin_http import ADMIN_TOKEN, MODEL
 from tests.standins.standin_procs import BackendServer, BackendServers, LlmServer, LlmServers
 

@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 
 from pytest_haico.config.experiment import Arm
-from pytest_haico.config.settings import Settings
+from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import StackError
 from pytest_haico.ledger.recorder import Recorder
@@ -37,6 +37,11 @@ def test_a_failed_arm_fails_every_later_use_with_the_same_error_and_no_restart(
         cast(
             Settings,
             SimpleNamespace(
+                profile=Profile.LOCAL,
+                site=None,
+                shard="0/1",
+                attach=None,
+                results_mode=0o640,
                 concurrency=1,
                 dump_interval=0.0,
                 drain_timeout=120.0,

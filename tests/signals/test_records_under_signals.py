@@ -116,6 +116,7 @@ def test_while_a_stack_starts_no_handler_raises_the_start_ends_at_its_next_step(
 ) -> None:
     signals = _signals(tmp_path)
     starting = _StartingRun()
+    signals.sessions._launching = True
     signals.sessions._starting = cast(ArmRun, starting)
     getattr(signals, handler)(signal.SIGTERM, None)  # raising here could orphan a Popen
     assert len(starting.interrupted) == 1

@@ -1,0 +1,105 @@
+"""An arm's dynamic gates, against its running stack: the model server's probes, the
+backend's health, and a canary turn through the backend (last)."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+
+import httpx
+
+from pytest_haico.config.experiment import Arm, Script
+from pytest_haico.driver.conversation import run_conversation
+from pytest_haico.driver.snapshots import PostgresSnapshotReader
+from pytest_haico.errors import InfraError
+from pytest_haico.gates import backend as backend_gates
+from pytest_haico.gates import dynamic
+from pytest_haico.gates.result import AsyncGate, GateResult
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.redact import Redactor
+from pytest_haico.stack.profiles import Stack
+
+# The canary turn: enough steps for a tool call and an answer (a looping model ends at the
+# limit, which is no failure of the canary), and a bound of its own on the turn.
+CANARY_RECURSION_LIMIT = 4
+CANARY_TURN_TIMEOUT_S = 60.0
+
+
+def dynamic_gates(
+    client: httpx.AsyncClient, stack: Stack, arm: Arm, canary: backend_gates.Canary
+) -> list[AsyncGate]:
+    """The dynamic gates of a running stack, in DESIGN's order."""
+    # The model server's OpenAI base as this process reaches it (an attached endpoint's
+    # too: `llm_url` is its base without /v1).
+    api_base = f"{stack.llm_url}/v1"
+    keyed: dict[str, object] = {"api_key": stack.api_key, "arm": arm}
+    model: list[tuple[str, Callable[..., Awaitable[GateResult]], dict[str, object]]] = [
+        (dynamic.SERVED_MODEL, dynamic.check_served_model, keyed),
+        (dynamic.MAX_MODEL_LEN, dynamic.check_max_model_len, keyed),
+        (dynamic.COMPLETION, dynamic.check_completion, keyed),
+        (dynamic.API_KEY, dynamic.check_api_key_required, {}),
+        (dynamic.TOOL_CHOICE_AUTO, dynamic.check_tool_choice_auto, keyed),
+        (dynamic.TOOL_CALL_STRUCTURE, dynamic.check_tool_call_structure, keyed),
+    ]
+    health = partial(
+        backend_gates.check_backend_health, client, stack.backend_url, token=stack.admin_token
+    )
+    return [
+        *(
+            AsyncGate(name, partial(check, client, api_base, **options))
+            for name, check, options in model
+        ),
+        AsyncGate(backend_gates.BACKEND_HEALTH, health),
+        AsyncGate(
+            backend_gates.CANARY_TURN, partial(backend_gates.check_canary_turn, canary, arm=arm)
+        ),
+    ]
+
+
+def make_canary(
+    client: httpx.AsyncClient,
+    *,
+    backend_url: str,
+    token: str,
+    endpoint_url: str,
+    arm: Arm,
+    snapshots: PostgresSnapshotReader,
+    transcripts: Path,
+    redactor: Redactor | None = None,
+) -> backend_gates.Canary:
+    """One scripted turn through the backend, a new query and thread each call; its
+    transcript is `<transcripts>/canary.<n>.jsonl`. Returns (provider, model_id) of the
+    turn's snapshot row; raises when the turn failed on infrastructure."""
+    calls = itertools.count(1)
+    agent = arm.agent.model_copy(
+        update={"recursion_limit": min(arm.agent.recursion_limit, CANARY_RECURSION_LIMIT)}
+    )
+    canary_arm = arm.model_copy(update={"agent": agent})
+
+    async def canary() -> tuple[str | None, str | None]:
+        call = next(calls)
+        script = Script.model_validate(
+            {"id": "haico-canary", "turns": [{"user": f"Canary {call}: reply with one word."}]}
+        )
+        result = await run_conversation(
+            client,
+            backend_url=backend_url,
+            token=token,
+            endpoint_url=endpoint_url,
+            arm=canary_arm,
+            script=script,
+            thread_id=str(uuid.uuid4()),
+            transcript_path=transcripts / f"canary.{call}.jsonl",
+            snapshots=snapshots,
+            turn_timeout_s=CANARY_TURN_TIMEOUT_S,
+            redactor=redactor,
+        )
+        if result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED):
+            raise InfraError(result.error.message if result.error else result.verdict.value)
+        turn = result.turns[0]
+        return turn.provider, turn.model_id
+
+    return canary
