@@ -3,8 +3,10 @@ conversations in flight, and what periodic pg_dumps cost a campaign.
 
 Run: python benchmarks/signals.py [--repeat N] [--part all|usr1|term|dumps]
 
-* USR1: 32 one-turn scripts on an arm at concurrency 16 whose stand-in model never answers
-  (persona hang); once the model server has logged 16 held requests, SIGUSR1 goes to
+* USR1: 32 one-turn scripts that ask for a document on an arm at concurrency 16 whose
+  stand-in model holds every request that goes on with a conversation (persona hang: the
+  tool's result never gets an answer); once the model server has logged 16 held
+  requests, SIGUSR1 goes to
   pytest, run with --haico-drain-timeout 5 --haico-dump-interval 0, and the time to its
   exit is taken. Budget: the drain timeout + that run's final dump + 2 s, and exit 75. The
   final dump is timed in the same run, from the moment its pg_dump process is a child of
@@ -92,7 +94,14 @@ class BenchmarkError(Exception):
     """A run that could not be measured (it ended early, or never got ready)."""
 
 
-def write_project(root: Path, arm: str, *, conversations: int, turns: int) -> None:
+# A turn that makes the model call a tool: persona hang then holds the turn's next request.
+ARTIFACT_ASK = "Write it up as a document (conversation {i})."
+QUESTION = "question {t} of conversation {i}"
+
+
+def write_project(
+    root: Path, arm: str, *, conversations: int, turns: int, ask: str = QUESTION
+) -> None:
     experiments = root / "experiments"
     (experiments / "arms").mkdir(parents=True)
     (experiments / "scripts").mkdir()
@@ -100,7 +109,7 @@ def write_project(root: Path, arm: str, *, conversations: int, turns: int) -> No
     (experiments / "arms" / "bench.toml").write_text(arm)
     lines = []
     for i in range(conversations):
-        script_turns = [{"user": f"question {t} of conversation {i}"} for t in range(turns)]
+        script_turns = [{"user": ask.format(t=t, i=i)} for t in range(turns)]
         lines.append(json.dumps({"id": f"c{i:04d}", "turns": script_turns}))
     (experiments / "scripts" / "bench.jsonl").write_text("\n".join(lines) + "\n")
     (experiments / "test_conversations.py").write_text(TEST_MODULE)
@@ -341,7 +350,7 @@ class SignalResult:
 def signal_run(signum: signal.Signals, *, tree: bool = False) -> SignalResult:
     with tempfile.TemporaryDirectory(prefix="haico-signals-") as tmp:
         root = Path(tmp)
-        write_project(root, HANGING_ARM, conversations=HANG_SCRIPTS, turns=1)
+        write_project(root, HANGING_ARM, conversations=HANG_SCRIPTS, turns=1, ask=ARTIFACT_ASK)
         drain = f"{DRAIN_TIMEOUT_S:g}"
         run = CampaignRun(root, "--haico-drain-timeout", drain, "--haico-dump-interval", "0")
         try:
