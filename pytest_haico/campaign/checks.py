@@ -20,18 +20,18 @@ XDIST_MESSAGE = (
 
 def check_supported(settings: Settings) -> None:
     """Options of the public interface whose machinery has not landed yet are refused now,
-    not after an hour in the queue."""
-    local = "use the local profile (the default)"
-    unsupported = [
-        ("--haico-profile cluster", settings.profile is Profile.CLUSTER, local),
-        ("--haico-backend-image", settings.backend_image is not None, local),
-        ("--haico-attach", settings.attach is not None, local),
-    ]
-    for option, given, advice in unsupported:
-        if given:
-            raise pytest.UsageError(
-                f"haico: {option} is not available in this version of pytest-haico; {advice}"
-            )
+    not after an hour in the queue; so are options that mean nothing on the chosen profile."""
+    if settings.attach is not None:
+        raise pytest.UsageError(
+            "haico: --haico-attach is not available in this version of pytest-haico; "
+            "use the local or the cluster profile (--haico-profile), which start their own stack"
+        )
+    if settings.backend_image is not None and settings.profile is not Profile.CLUSTER:
+        raise pytest.UsageError(
+            "haico: --haico-backend-image runs the backend from an image, which only the "
+            f"cluster profile does (this run's profile is {settings.profile.value}): add "
+            "--haico-profile cluster, or run a local build with --haico-backend-cmd CMD"
+        )
 
 
 def check_selection(settings: Settings, arms: Iterable[str], strata: frozenset[str]) -> None:

@@ -152,6 +152,10 @@ class CampaignPlugin:
                 raise pytest.UsageError(f"haico: {exc}") from None
         self._items = list(session.items)
         self.sessions.plan(session, session.items)
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            return None  # pytest's loop stops on the collection errors
+        if not self.sessions.preflight():
+            return True  # a static gate failed: no item runs (exit 78, the summary says why)
         return None
 
     def _gates_only(self, session: pytest.Session) -> bool | None:

@@ -74,7 +74,8 @@ class Option:
 OPTIONS = (
     Option(
         "profile",
-        "which stack to start: local (the default; cluster is not available in this version)",
+        "which stack to start: local (the default: stand-ins) or cluster (vLLM from "
+        "$VLLM_VENV, Postgres and the backend from images; README: the cluster profile)",
         "local|cluster",
     ),
     Option(
@@ -108,7 +109,12 @@ OPTIONS = (
         "table and run no item: exit 0 when all passed, 78 otherwise",
         flag=True,
     ),
-    Option("backend_image", "not available in this version", "REF"),
+    Option(
+        "backend_image",
+        "cluster profile: run the backend from this image (docker://<repo>@sha256:<digest>, "
+        "its SIF pulled to SIF_DIR, or a .sif path) instead of the arm's or cluster.env's",
+        "REF",
+    ),
     Option(
         "backend_cmd",
         "run the backend from this command (a build under test) instead of the stand-in; "

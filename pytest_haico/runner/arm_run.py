@@ -14,8 +14,10 @@ from typing import TypeVar
 
 import httpx
 
+from pytest_haico.config.cluster_env import ClusterEnv
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.items import ItemSpec
+from pytest_haico.config.settings import Profile
 from pytest_haico.driver.conversation import (
     ConversationProgress,
     ConversationResult,
@@ -43,6 +45,7 @@ from pytest_haico.runner.preflight import GateLog
 from pytest_haico.runner.stack_gates import dynamic_gates, make_canary
 from pytest_haico.runner.walltime import WalltimeAdmission
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
+from pytest_haico.stack.cluster import build_cluster_stack
 from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import (
     BackendCommand,
@@ -115,6 +118,9 @@ class ArmRun:
         backend_command: BackendCommand | None = None,
         model_endpoint: ModelEndpoint | None = None,
         provenance: Callable[[], Mapping[str, str]] = dict,
+        profile: Profile = Profile.LOCAL,
+        site: ClusterEnv | None = None,
+        backend_image: str | None = None,
     ) -> None:
         self.arm = arm
         self.concurrency = concurrency
@@ -129,6 +135,9 @@ class ArmRun:
         self.backend_command = backend_command
         self.model_endpoint = model_endpoint
         self.provenance = provenance  # what run-config records before the stack starts
+        self.profile = profile
+        self.site = site  # cluster.env, for the cluster profile
+        self.backend_image = backend_image  # --haico-backend-image (cluster profile)
         self.run_config: RunConfig | None = None
         self.provenance_changes: list[str] = []  # since the arm's previous run
         self.dumps: DatabaseDumps | None = None
@@ -183,24 +192,27 @@ class ArmRun:
     def _start(self) -> HaicoStack:
         arm = self.arm
         self._check_start_interrupted()
-        stack = build_local_stack(
-            self.claim.path / "logs",
-            served_name=arm.served_name,
-            max_model_len=arm.vllm.max_model_len,
-            enable_tool_calling=arm.vllm.enable_tool_calling,
-            tool_call_parser=arm.vllm.tool_call_parser,
-            persona=arm.standin.persona,
-            latency_ms=arm.standin.latency_ms,
-            load_s=arm.standin.load_s,
-            seed=arm.standin.seed,
-            substitute_model=arm.standin.substitute_model or None,
-            rate_limit_rpm=arm.standin.rate_limit_rpm or None,
-            recursion_flag=arm.standin.recursion_flag,
-            backend_command=self.backend_command,
-            model_endpoint=self.model_endpoint,
-            registry_mirror=self.claim.path / "services.json",
-            log_mode=self.recorder.file_mode,
-        )
+        if self.profile is Profile.CLUSTER:
+            stack = self._build_cluster_stack()
+        else:
+            stack = build_local_stack(
+                self.claim.path / "logs",
+                served_name=arm.served_name,
+                max_model_len=arm.vllm.max_model_len,
+                enable_tool_calling=arm.vllm.enable_tool_calling,
+                tool_call_parser=arm.vllm.tool_call_parser,
+                persona=arm.standin.persona,
+                latency_ms=arm.standin.latency_ms,
+                load_s=arm.standin.load_s,
+                seed=arm.standin.seed,
+                substitute_model=arm.standin.substitute_model or None,
+                rate_limit_rpm=arm.standin.rate_limit_rpm or None,
+                recursion_flag=arm.standin.recursion_flag,
+                backend_command=self.backend_command,
+                model_endpoint=self.model_endpoint,
+                registry_mirror=self.claim.path / "services.json",
+                log_mode=self.recorder.file_mode,
+            )
         self.stack = stack
         self.redactor = Redactor(stack.secrets)
         self.recorder.use_redactor(arm.name, self.redactor)
@@ -246,6 +258,20 @@ class ArmRun:
             raise
         self.view = view
         return view
+
+    def _build_cluster_stack(self) -> Stack:
+        """The cluster profile's stack of the arm (a `ConfigError` or `StackError` of the
+        build ends as a stack that did not start)."""
+        return build_cluster_stack(
+            self.claim.path / "logs",
+            arm=self.arm,
+            site=self.site,
+            backend_image=self.backend_image,
+            backend_command=self.backend_command,
+            model_endpoint=self.model_endpoint,
+            registry_mirror=self.claim.path / "services.json",
+            log_mode=self.recorder.file_mode,
+        )
 
     def interrupt_start(self, reason: str) -> None:
         """End a `start` in progress at its next step with a `StackError`, having stopped

@@ -66,6 +66,7 @@ class ArmRuns:
         self._starting: ArmRun | None = None  # its run, once it has one
         # Arm -> every gate its start ran, and gates.json (kept when a static gate failed).
         self.gate_logs: dict[str, GateLog] = {}
+        self._preflights: dict[str, tuple[WalltimeAdmission, GateLog]] = {}  # passed ones
         self.tearing_down = False
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
@@ -239,16 +240,7 @@ class ArmRuns:
             session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
             if self.start_interrupt is None:
-                gate = isinstance(exc, GateFailedError)
-                failure = (
-                    f"arm {arm}: {exc}" if gate else f"the stack of arm {arm} did not start: {exc}"
-                )
-                self._failures[arm] = failure
-                if self.stack_failure is None:
-                    self.stack_failure = failure
-                    self.gate_failed = gate
-                self._stop_session(failure)
-                raise StackError(failure) from None
+                raise StackError(self._fail(arm, exc)) from None
             session = self._sessions.get(arm)
         finally:
             self._launching = False
@@ -265,17 +257,29 @@ class ArmRuns:
                     session.submit(state)
         return session
 
-    def _launch(self, arm: str, *, gates_only: bool) -> ArmRun:
+    def preflight(self) -> bool:
+        """Every planned arm's static gates, before anything starts: False, and the first
+        failure is the session's `stack_failure` (exit 78), when one failed."""
+        for arm in sorted(self._attempts):
+            try:
+                self._static_preflight(arm)
+            except GateFailedError as exc:
+                self._fail(arm, exc)
+                return False
+        return True
+
+    def _static_preflight(self, arm: str) -> tuple[WalltimeAdmission, GateLog]:
+        """The arm's static gates, run once (a passed run is kept for its start); raises
+        `GateFailedError` at the first failure."""
         from pytest_haico.gates.result import run_gates
         from pytest_haico.redact import Redactor
         from pytest_haico.runner.preflight import GateLog
         from pytest_haico.runner.walltime import WalltimeAdmission
 
-        settings = self.settings
         admission = WalltimeAdmission(
             self.recorder.job.job_id,
             self.recorder.paths(arm).ledger_dir,
-            drain_margin_s=settings.drain_timeout + DUMP_MARGIN_S,
+            drain_margin_s=self.settings.drain_timeout + DUMP_MARGIN_S,
         )
         gate_log = GateLog(
             self.recorder.claim(arm).path / "gates.json", file_mode=self.recorder.file_mode
@@ -283,6 +287,13 @@ class ArmRuns:
         self.gate_logs[arm] = gate_log
         # No secret of the run exists before its stack does.
         gate_log.check(run_gates(self._static_gates(arm, admission)), redactor=Redactor())
+        self._preflights[arm] = (admission, gate_log)
+        return admission, gate_log
+
+    def _launch(self, arm: str, *, gates_only: bool) -> ArmRun:
+        settings = self.settings
+        preflight = self._preflights.get(arm) or self._static_preflight(arm)
+        admission, gate_log = preflight
         if self.start_interrupt is not None:
             raise StackError("interrupted before the stack started")
         # Imported only now, so that a failed static gate does not pay it (~0.3 s: the stack,
@@ -304,11 +315,27 @@ class ArmRuns:
             model_endpoint=_model_endpoint(settings),
             provenance=partial(self._provenance, arm),
             gates_only=gates_only,
+            profile=settings.profile,
+            site=settings.site,
+            backend_image=settings.backend_image,
         )
         self._sessions[arm] = session
         self._starting = session
         session.start()
         return session
+
+    def _fail(self, arm: str, error: StackError) -> str:
+        """Record why the arm cannot run (a gate, its stack); the first is the session's."""
+        gate = isinstance(error, GateFailedError)
+        failure = f"arm {arm}: {error}"
+        if not gate:
+            failure = f"the stack of arm {arm} did not start: {error}"
+        self._failures[arm] = failure
+        if self.stack_failure is None:
+            self.stack_failure = failure
+            self.gate_failed = gate
+        self._stop_session(failure)
+        return failure
 
     def _provenance(self, arm: str) -> dict[str, str]:
         """What run-config records of this arm before its stack starts."""

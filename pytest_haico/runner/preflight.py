@@ -13,11 +13,12 @@ from pathlib import Path
 
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.settings import Profile, Settings
-from pytest_haico.errors import GateFailedError
+from pytest_haico.errors import ConfigError, GateFailedError
 from pytest_haico.gates import filesystem, static
 from pytest_haico.gates.result import (
     Gate,
     GateResult,
+    failed,
     failure_line,
     first_failure,
     write_gates_json,
@@ -102,12 +103,15 @@ def static_gates(
         )
 
     def inputs_present() -> GateResult:
+        images = cluster_images(settings, arm, environ) if cluster else []
+        if isinstance(images, GateResult):
+            return images
         return filesystem.check_inputs_present(
             arm,
             needs_weights=starts_vllm,
             hf_cache=filesystem.resolve_hf_cache(environ, hf_home),
             scripts=sorted(set(scripts)),
-            images=[],
+            images=images,
         )
 
     endpoint = settings.model_endpoint or LOCAL_MODEL_ENDPOINT
@@ -144,6 +148,34 @@ def static_gates(
             partial(static.check_output_collision, claimed=True, share=share),
         ),
     ]
+
+
+def cluster_images(
+    settings: Settings, arm: Arm, environ: Mapping[str, str]
+) -> list[Path] | GateResult:
+    """The SIFs the cluster profile runs for `arm` (Postgres', and the backend's unless
+    --haico-backend-cmd replaces it), or gate inputs_present failed when an image is not
+    set or not pinned by digest."""
+    # Imported here: the stack's modules cost a failed earlier gate nothing.
+    from pytest_haico.stack.cluster import image_sifs, resolve_cluster_site
+
+    try:
+        sifs = image_sifs(
+            resolve_cluster_site(settings.site, environ),
+            arm,
+            backend_image=settings.backend_image,
+            backend_command=settings.backend_cmd is not None,
+        )
+    except ConfigError as exc:
+        return failed(
+            filesystem.INPUTS_PRESENT,
+            f"cannot locate the images to run: {exc}",
+            "set POSTGRES_IMAGE and BACKEND_IMAGE in cluster.env (or [backend] image in "
+            f"arms/{arm.name}.toml, or --haico-backend-image) to docker://<repo>@sha256:<64 "
+            "hex> or the absolute path of a .sif, and SIF_DIR or CLUSTER_WORK for the pulled "
+            "SIFs",
+        )
+    return list(sifs.values())
 
 
 def slowest_item(times: ItemTimes, strata: Iterable[str]) -> tuple[float | None, str]:

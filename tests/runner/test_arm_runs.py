@@ -46,6 +46,7 @@ def test_a_failed_arm_fails_every_later_use_with_the_same_error_and_no_restart(
                 dump_interval=0.0,
                 drain_timeout=120.0,
                 backend_cmd=None,
+                backend_image=None,
                 model_endpoint=None,
             ),
         ),

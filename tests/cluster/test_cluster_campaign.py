@@ -1,0 +1,330 @@
+"""A whole campaign on the cluster profile, gates included: vLLM from the shim's venv,
+Postgres and the backend through the Apptainer shim, run by pytest in an environment that
+passes the static gates as a compute node of a running Slurm job does (this host in the
+job's node list, the arm's GPUs visible, squeue and scontrol answering as Slurm's do)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, ShimSite
+from tests.cluster.shim_site import scratch_site as make_scratch_site
+from tests.harness import CONVERSATION_MODULE, CampaignProject
+from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
+
+JOB_ID = "731"
+HOST = socket.gethostname()
+SERVED_NAME = "qwen-test"
+SCRIPTS = ("s1", "s2", "s3")
+# Writes the secrets and the service processes of every stack the session started to
+# $HAICO_TEST_STACKS (outside the results directory) when pytest ends: the secrets the test
+# then looks for everywhere else, the processes that must be gone.
+STACKS_CONFTEST = """
+import json
+import os
+from pathlib import Path
+
+from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
+
+
+def pytest_unconfigure(config):
+    runs = config.stash.get(ARM_RUNS_KEY, None)
+    stacks = [run.stack for run in runs.runs.values()] if runs is not None else []
+    stacks = [stack for stack in stacks if stack is not None]
+    found = {
+        "secrets": [secret for stack in stacks for secret in stack.secrets],
+        "pids": {
+            name: process.pid
+            for stack in stacks
+            for name, process in stack.orchestrator.processes.items()
+        },
+    }
+    Path(os.environ["HAICO_TEST_STACKS"]).write_text(json.dumps(found))
+"""
+
+
+@dataclass
+class ClusterCampaign:
+    """A campaign project whose arm serves real-looking weights, and the site it runs on."""
+
+    project: CampaignProject
+    site: ShimSite
+    stacks_file: Path
+
+    def run(self, *args: str, in_process: bool = False) -> pytest.RunResult:
+        options = (
+            *("--haico-profile", "cluster", "--haico-cluster-env", str(self.cluster_env)),
+            # Not $CLUSTER_WORK/results (the site's): where the project's readers look.
+            *("--haico-results", str(self.project.root / "results")),
+        )
+        if in_process:
+            return self.project.run(*options, *args)
+        return self.project.run_subprocess(*options, *args, timeout=600)
+
+    @property
+    def cluster_env(self) -> Path:
+        return self.site.root / "cluster.env"
+
+    def run_dir(self) -> Path:
+        (path,) = sorted((self.project.arm_dir("demo") / "runs").iterdir())
+        return path
+
+
+def make_model_dir(directory: Path) -> Path:
+    """A model directory as gate inputs_present reads it: config.json and a shard index whose
+    shards exist (the shim's vLLM never loads them)."""
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    shards = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    weight_map = {"lm_head.weight": shards[1], "model.embed_tokens.weight": shards[0]}
+    index = {"metadata": {"total_size": 2}, "weight_map": weight_map}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    for shard in shards:
+        (directory / shard).write_bytes(b"\0")
+    return directory
+
+
+def make_fake_slurm(directory: Path, *, job_id: str, host: str, end: datetime) -> Path:
+    """`squeue` and `scontrol` printing what Slurm's print for running job `job_id` on `host`
+    (its end time in local time, as Slurm prints it); put `directory` on PATH."""
+    directory.mkdir(parents=True)
+    end_time = end.strftime("%Y-%m-%dT%H:%M:%S")
+    start_time = (end - timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M:%S")
+    record = (
+        f"JobId={job_id} JobName=campaign UserId=researcher(1000) GroupId=researcher(1000) "
+        f"JobState=RUNNING Reason=None RunTime=00:10:00 TimeLimit=04:00:00 "
+        f"StartTime={start_time} EndTime={end_time} Partition=gpu NodeList={host} "
+        f"BatchHost={host} NumNodes=1 NumCPUs=16 TRES=cpu=16,mem=64G,node=1,gres/gpu=2"
+    )
+    scripts = {
+        # squeue -h -j <id> -o '%A %e'
+        "squeue": f"#!/bin/sh\nprintf '%s %s\\n' '{job_id}' '{end_time}'\n",
+        # scontrol show hostnames <list> | -o show job <id> | --version
+        "scontrol": (
+            "#!/bin/sh\n"
+            'case "$1" in\n'
+            "  --version) echo 'slurm 23.11.4' ;;\n"
+            f"  show) echo '{host}' ;;\n"
+            f"  -o) echo '{record}' ;;\n"
+            "  *) echo \"scontrol: error: invalid command '$1'\" >&2; exit 1 ;;\n"
+            "esac\n"
+        ),
+    }
+    for name, text in scripts.items():
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+    return directory
+
+
+@pytest.fixture
+def cluster_campaign(
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[ClusterCampaign]:
+    """A campaign of one arm (TP 2, tool calling with hermes) and three scripts on a scratch
+    site, in the environment of a compute node of Slurm job `JOB_ID`; parametrize
+    indirectly with extra cluster.env lines."""
+    lines: tuple[str, ...] = getattr(request, "param", ())
+    with make_scratch_site(cluster_env_lines=lines) as site:
+        model = make_model_dir(campaign.root / "models" / "Qwen2.5-Test-Instruct")
+        campaign.arm(
+            "demo",
+            f"""
+            [model]
+            path = "{model}"
+            served_name = "{SERVED_NAME}"
+            [vllm]
+            tensor_parallel_size = 2
+            max_model_len = 8192
+            enable_tool_calling = true
+            tool_call_parser = "hermes"
+            [generation]
+            max_tokens = 512
+            [run]
+            concurrency = 2
+            turn_timeout_s = 120
+            """,
+        )
+        campaign.simple_scripts(*SCRIPTS)
+        campaign.write("test_conversations.py", CONVERSATION_MODULE)
+        campaign.write("conftest.py", STACKS_CONFTEST)
+        slurm_bin = make_fake_slurm(
+            campaign.root / "slurm-bin",
+            job_id=JOB_ID,
+            host=HOST,
+            end=datetime.now() + timedelta(hours=2),
+        )
+        stacks_file = campaign.root / "stacks.json"
+        environ = {
+            "SLURM_JOB_ID": JOB_ID,
+            "SLURM_JOB_NODELIST": HOST,
+            "SLURM_JOB_NUM_NODES": "1",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            "PATH": f"{slurm_bin}:{site.environ['PATH']}",  # the shims' bin dir next
+            "HAICO_TEST_STACKS": str(stacks_file),
+            # A user's own key: it must reach no container and no results file.
+            "OPENAI_API_KEY": HOST_SECRET,
+            "APPTAINERENV_OPENAI_API_KEY": HOST_SECRET,
+        }
+        for name, value in environ.items():
+            monkeypatch.setenv(name, value)
+        for name in ("OPENAI_ENDPOINT_URL", "SLURM_NNODES", "SLURM_NODELIST", "VLLM_VENV"):
+            monkeypatch.delenv(name, raising=False)
+        yield ClusterCampaign(campaign, site, stacks_file)
+
+
+def _survivors(pids: Iterable[int], needle: str) -> list[str]:
+    """Live processes that are one of `pids`, in one of their sessions (each service runs in
+    its own), or whose command line names `needle`."""
+    pids = set(pids)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        if fields[0] in ("Z", "X"):
+            continue
+        if int(entry.name) in pids or int(fields[3]) in pids or needle in cmdline:
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+def test_a_campaign_runs_on_the_cluster_profile_with_every_gate_passed_and_no_leak(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    project = cluster_campaign.project
+    result = cluster_campaign.run()
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, output
+    records = project.records("demo")
+    assert sorted(r["script"] for r in records) == sorted(SCRIPTS)
+    assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
+    model_dir = project.root / "models" / "Qwen2.5-Test-Instruct"
+    assert {r["model_identity"].split(";")[0] for r in records} == {f"path:{model_dir}"}
+    assert {r["backend_identity"] for r in records} == {f"image:{BACKEND_IMAGE}"}
+
+    run = cluster_campaign.run_dir()
+    gates = json.loads((run / "gates.json").read_text())
+    assert (gates["passed"], gates["failed_gate"]) == (True, None)
+    assert [gate["name"] for gate in gates["gates"]] == STATIC + DYNAMIC
+    assert all(gate["passed"] for gate in gates["gates"])
+    detail = {gate["name"]: gate["detail"] for gate in gates["gates"]}
+    # The cluster profile's checks ran, not the local profile's "no check".
+    assert detail["login_node"] == f"this host is a node of Slurm job {JOB_ID} ({HOST})"
+    assert detail["parallel_width"] == "2 GPUs visible = TP 2 x DP 1"
+    assert detail["one_node"] == "SLURM_JOB_NUM_NODES=1"
+    assert "vllm 0.11.0" in detail["vllm_environment"]
+    assert (
+        f"apptainer at {cluster_campaign.site.bin_dir / 'apptainer'}"
+        in (detail["vllm_environment"])
+    )
+    assert detail["inputs_present"] == (
+        f"model {model_dir}: config.json + model.safetensors.index.json (2 shards); 2 images; "
+        "1 script file readable"
+    )
+
+    config = dict(line.split("=", 1) for line in (run / "run-config.env").read_text().splitlines())
+    assert config["OPTION_PROFILE"] == "cluster"
+    assert config["SLURM_JOB_ID"] == JOB_ID
+    assert config["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # vLLM was the venv's (the shim says what `vllm serve` was given), Postgres and the
+    # backend ran from their SIFs through apptainer.
+    llm_log = (run / "logs" / "llm.log").read_text()
+    assert "'tensor_parallel_size': 2" in llm_log and "'tool_call_parser': 'hermes'" in llm_log
+    backend_log = (run / "logs" / "backend.log").read_text()
+    assert f"haico-backend-sha256-{BACKEND_DIGEST}.sif" in backend_log
+    # The env files that handed Postgres and the backend their secrets went at stop.
+    env_files = [
+        Path(re.findall(r"--env-file (\S+)", (run / "logs" / f"{name}.log").read_text())[0])
+        for name in ("postgres", "backend")
+    ]
+    assert not [path for path in env_files if path.exists()], env_files
+
+    stacks = json.loads(cluster_campaign.stacks_file.read_text())
+    assert set(stacks["pids"]) == {"llm", "postgres", "backend"}
+    assert not _survivors(stacks["pids"].values(), str(cluster_campaign.site.root))
+    secrets = stacks["secrets"]
+    # The model key, the admin token, Postgres' password and its read-only role's.
+    assert len(secrets) == 4 and all(len(secret) >= 16 for secret in secrets)
+    for needle in (*secrets, HOST_SECRET):
+        assert needle not in output
+        for path in project.root.joinpath("results").rglob("*"):
+            if path.is_file():
+                assert needle.encode() not in path.read_bytes(), path
+
+
+def test_a_missing_backend_sif_fails_gate_inputs_present_before_anything_starts(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    sif = cluster_campaign.site.sif_dir / f"haico-backend-sha256-{BACKEND_DIGEST}.sif"
+    sif.unlink()
+    result = cluster_campaign.run(in_process=True)
+    assert result.ret == 78, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            f"gate failed (exit 78): arm demo: gate inputs_present failed: the image {sif} does "
+            "not exist; pull the images first (`haico env`), or fix the path in cluster.env "
+            "(BACKEND_IMAGE, POSTGRES_IMAGE, SIF_DIR) or --haico-backend-image"
+        ]
+    )
+    assert cluster_campaign.project.records("demo") == []
+    run = cluster_campaign.run_dir()
+    assert not (run / "services.json").exists()
+    gates = json.loads((run / "gates.json").read_text())
+    assert (gates["passed"], gates["failed_gate"]) == (False, "inputs_present")
+    assert [gate["name"] for gate in gates["gates"]] == STATIC[: STATIC.index("inputs_present") + 1]
+
+
+@pytest.mark.parametrize(
+    "cluster_campaign",
+    [("BACKEND_IMAGE=docker://ghcr.io/example/haico-backend:latest",)],
+    indirect=True,
+    ids=["tag"],
+)
+def test_an_image_not_pinned_by_digest_fails_gate_inputs_present_naming_the_fix(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    result = cluster_campaign.run(in_process=True)
+    assert result.ret == 78, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "gate failed (exit 78): arm demo: gate inputs_present failed: cannot locate the "
+            f"images to run: {cluster_campaign.cluster_env}: image: 'docker://ghcr.io/example/haico-backend:"
+            "latest' is neither pinned by digest*; set POSTGRES_IMAGE and BACKEND_IMAGE in "
+            "cluster.env*"
+        ]
+    )
+    gates = json.loads((cluster_campaign.run_dir() / "gates.json").read_text())
+    assert gates["failed_gate"] == "inputs_present"
+
+
+def test_a_stack_the_cluster_profile_cannot_build_ends_the_run_with_exit_78(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    # The gates pass; building the stack refuses a flag the profile sets itself.
+    arm = cluster_campaign.project.experiments / "arms" / "demo.toml"
+    arm.write_text(arm.read_text().replace("[vllm]\n", '[vllm]\nextra_args = ["--port=9000"]\n'))
+    result = cluster_campaign.run(in_process=True)
+    assert result.ret == 78, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*the stack of arm demo did not start: ConfigError: arms/demo.toml: vllm.extra_args: "
+            "--port is set by pytest-haico from the arm's other fields; remove it"
+        ]
+    )
+    assert cluster_campaign.project.records("demo") == []
+    gates = json.loads((cluster_campaign.run_dir() / "gates.json").read_text())
+    assert [gate["name"] for gate in gates["gates"]] == STATIC
+    assert gates["passed"]
