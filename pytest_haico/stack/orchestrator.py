@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -348,29 +349,65 @@ class Orchestrator:
             raise StackError("could not stop the stack cleanly: " + "; ".join(failures))
 
     def _release_all(self) -> list[str]:
-        """Stop every process in reverse order and clean up every prepared service, once each."""
+        """Stop every process and clean up every prepared service, once each: in waves, each
+        wave the services that nothing still running waits for, stopped side by side (the
+        backend and the model server together, then Postgres)."""
         failures: list[str] = []
         with self._lock:
             for running in list(self._preparations.values()):
                 running.join()  # cleanup must not race a copy still writing
-            for service in reversed(self.services):
-                preparation = self._preparations.get(service.name)
-                if preparation is None or not preparation.done:
-                    continue  # never launched, or stop() was called from its own prepare
-                process = self._processes.get(service.name)
-                try:
-                    if process is not None:
-                        process.stop(grace=self._stop_grace)  # idempotent
-                    if service.name not in self._cleaned:
-                        self._cleaned.add(service.name)
-                        service.cleanup()
-                        if self._registry is not None:
-                            self._registry.forget(service.name)
-                except Exception as exc:  # keep stopping the rest; never mask the original error
-                    logger.error("%s: stop failed: %s", service.name, exc)
-                    failures.append(f"{service.name}: {exc}")
+            for wave in self._stop_waves():
+                launched = [s for s in wave if s.name in self._preparations]
+                # Never launched, or stop() was called from its own prepare: nothing to do.
+                launched = [s for s in launched if self._preparations[s.name].done]
+                if len(launched) > 1:
+                    with ThreadPoolExecutor(len(launched), thread_name_prefix="haico-stop") as pool:
+                        stopped = list(pool.map(self._stop_process, launched))
+                else:
+                    stopped = [self._stop_process(s) for s in launched]
+                for service, failure in zip(launched, stopped, strict=True):
+                    failure = failure or self._clean_up(service)  # one at a time: the registry
+                    if failure is not None:
+                        failures.append(failure)
             self._ports.release_all()
         return failures
+
+    def _stop_waves(self) -> list[list[Service]]:
+        """The services in stopping order, grouped: a service stops once every service that
+        requires or waits for it has."""
+        left = list(reversed(self.services))
+        waves: list[list[Service]] = []
+        while left:
+            needed = {name for s in left for name in (*s.requires, *s.waits_for)}
+            wave = [s for s in left if s.name not in needed] or left[:1]
+            waves.append(wave)
+            left = [s for s in left if s not in wave]
+        return waves
+
+    def _stop_process(self, service: Service) -> str | None:
+        """Stop the service's process (idempotent); what went wrong, logged, or None."""
+        process = self._processes.get(service.name)
+        if process is None:
+            return None
+        try:
+            process.stop(grace=self._stop_grace)
+        except Exception as exc:  # keep stopping the rest; never mask the original error
+            logger.error("%s: stop failed: %s", service.name, exc)
+            return f"{service.name}: {exc}"
+        return None
+
+    def _clean_up(self, service: Service) -> str | None:
+        if service.name in self._cleaned:
+            return None
+        self._cleaned.add(service.name)
+        try:
+            service.cleanup()
+            if self._registry is not None:
+                self._registry.forget(service.name)
+        except Exception as exc:
+            logger.error("%s: clean-up failed: %s", service.name, exc)
+            return f"{service.name}: {exc}"
+        return None
 
     def __enter__(self) -> Orchestrator:
         self.start()

@@ -34,7 +34,7 @@ def _recorded(name: str, order: list[str], requires: tuple[str, ...] = ()) -> Ht
     return service
 
 
-def test_services_start_in_waves_and_stop_in_reverse(tmp_path: Path) -> None:
+def test_services_start_in_waves_and_stop_in_waves_dependents_first(tmp_path: Path) -> None:
     cleaned: list[str] = []
     db = _recorded("db", cleaned)
     model = _recorded("model", cleaned)
@@ -62,7 +62,8 @@ def test_services_start_in_waves_and_stop_in_reverse(tmp_path: Path) -> None:
         assert {(r.name, r.pid, r.port) for r in recorded.services} == {
             (name, p.pid, p.port) for name, p in procs.items()
         }
-    assert cleaned == ["app", "db", "model"]
+    # First what nothing waits for, side by side (app, model), then what app required (db).
+    assert cleaned == ["app", "model", "db"]
     assert RegistryFile.model_validate_json(mirror.read_text()).services == []
     assert not any(is_alive(p.pid or 0) for p in procs.values())
     assert list(registry.glob("*.json")) == []
