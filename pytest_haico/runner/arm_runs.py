@@ -292,8 +292,7 @@ class ArmRuns:
 
     def _launch(self, arm: str, *, gates_only: bool) -> ArmRun:
         settings = self.settings
-        preflight = self._preflights.get(arm) or self._static_preflight(arm)
-        admission, gate_log = preflight
+        admission, gate_log = self._preflights.get(arm) or self._static_preflight(arm)
         if self.start_interrupt is not None:
             raise StackError("interrupted before the stack started")
         # Imported only now, so that a failed static gate does not pay it (~0.3 s: the stack,

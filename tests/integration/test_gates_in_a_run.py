@@ -121,6 +121,7 @@ def test_a_failed_static_gate_exits_78_before_any_service_starts(
         ]
     )
     assert campaign.records("demo") == []
+    result.assert_outcomes()  # before the first item: no item ran, none errored
     (run,) = run_dirs(campaign)
     assert not (run / "services.json").exists()
     assert list((run / "logs").iterdir()) == []  # made by the claim; no service wrote a log
