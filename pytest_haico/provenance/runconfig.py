@@ -126,6 +126,8 @@ def knob_values(settings: Settings, arm: Arm) -> dict[str, str]:
     if settings.site is not None:
         values.update({f"SITE_{k}": v for k, v in settings.site.values.items()})
     values.update(_flatten("ARM", arm.model_dump(mode="json")))
+    # Left out of model_dump (and so of the item_id): not result-relevant, but what ran.
+    values["ARM_VLLM_START_TIMEOUT_S"] = _text(arm.vllm.start_timeout_s)
     if arm.model.hf_id:
         values["MODEL_PINNED"] = "1" if arm.model.revision else "0"
     return values

@@ -376,6 +376,8 @@ class ArmRun:
                 "MODEL_ENDPOINT": stack.model_endpoint,
             }
         )
+        # The haico-owned configuration the backend was given (cluster profile; no secret).
+        config.update({f"BACKEND_CONFIG_{key}": v for key, v in stack.backend_config.items()})
         values, details = model_server_values(stack.llm_url, stack.api_key)
         config.update(values)
         for key, value in details.items():

@@ -237,6 +237,14 @@ def test_a_campaign_runs_on_the_cluster_profile_with_every_gate_passed_and_no_le
 
     config = dict(line.split("=", 1) for line in (run / "run-config.env").read_text().splitlines())
     assert config["OPTION_PROFILE"] == "cluster"
+    # The haico-owned backend configuration, and the start timeout the item_id leaves out.
+    assert {k: v for k, v in config.items() if k.startswith("BACKEND_CONFIG_")} == {
+        "BACKEND_CONFIG_PHOENIX_ENABLED": "0",
+        "BACKEND_CONFIG_HAICO_STUDY_ENABLED": "0",
+        "BACKEND_CONFIG_HAICO_RATE_LIMIT_ENABLED": "0",
+        "BACKEND_CONFIG_HAICO_MAX_TOKENS": config["ARM_GENERATION_MAX_TOKENS"],
+    }
+    assert config["ARM_VLLM_START_TIMEOUT_S"] == "1800.0"
     assert config["SLURM_JOB_ID"] == JOB_ID
     assert config["CUDA_VISIBLE_DEVICES"] == "0,1"
     # vLLM was the venv's (the shim says what `vllm serve` was given), Postgres and the
