@@ -157,7 +157,7 @@ def cluster_images(
     --haico-backend-cmd replaces it), or gate inputs_present failed when an image is not
     set or not pinned by digest."""
     # Imported here: the stack's modules cost a failed earlier gate nothing.
-    from pytest_haico.stack.cluster import image_sifs, resolve_cluster_site
+    from pytest_haico.config.cluster_site import image_sifs, resolve_cluster_site
 
     try:
         sifs = image_sifs(

@@ -19,18 +19,16 @@ SIFs are pulled once per image digest (`haico env`, at submission), never per ta
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_haico.errors import ConfigError, StackError
+from pytest_haico.config.cluster_site import sif_path
+from pytest_haico.errors import StackError
 from pytest_haico.stack.profiles import HttpService
 from pytest_haico.stack.service import Command, write_env_file
 from pytest_haico.stack.statedir import make_owned_tempdir, remove_tree
 
-_DIGEST_REF = re.compile(r"^docker://(?P<repo>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
-_NAME_CHARS = re.compile(r"[^a-z0-9._-]+")
 # What the `apptainer` process needs of the host: where things are, the locale, and the
 # site's Apptainer settings (bind paths, cache). Nothing else, so no secret.
 _HOST_KEYS = ("PATH", "TMPDIR", "LANG", "TZ")
@@ -38,27 +36,6 @@ _HOST_PREFIXES = ("LC_", "APPTAINER_", "SINGULARITY_")
 # Host variables Apptainer hands to the container despite --cleanenv.
 _INJECTING_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
 ENV_FILE_NAME = "service.env"
-
-
-def sif_path(image: str, sif_dir: Path, *, source: str = "cluster.env") -> Path:
-    """The SIF file an image reference runs from.
-
-    `docker://<repo>@sha256:<hex>` (pinned by digest) → `<sif_dir>/<name>-sha256-<hex>.sif`;
-    an absolute path ending in `.sif` is that file. Anything else (a tag, a relative path)
-    is a `ConfigError`: a tag names different images over time.
-    """
-    match = _DIGEST_REF.match(image)
-    if match is not None:
-        name = _NAME_CHARS.sub("-", match["repo"].rsplit("/", 1)[-1].split(":")[0].lower())
-        return sif_dir / f"{name.strip('-') or 'image'}-sha256-{match['hex']}.sif"
-    if image.endswith(".sif") and Path(image).is_absolute():
-        return Path(image)
-    raise ConfigError(
-        source,
-        "image",
-        f"{image!r} is neither pinned by digest (docker://<repo>@sha256:<64 hex>) nor an "
-        "absolute path to a .sif file",
-    )
 
 
 def require_sif(image: str, sif_dir: Path, *, what: str, source: str = "cluster.env") -> Path:

@@ -29,9 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.config.cluster_env import ClusterEnv
+from pytest_haico.config.cluster_site import (
+    image_refs,
+    resolve_cluster_site,
+    sif_dir_for,
+)
 from pytest_haico.config.experiment import Arm
 from pytest_haico.errors import ConfigError, StackError
-from pytest_haico.stack.apptainer import Apptainer, ContainerHttpService, require_sif, sif_path
+from pytest_haico.stack.apptainer import Apptainer, ContainerHttpService, require_sif
 from pytest_haico.stack.orchestrator import Orchestrator
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.postgres import PostgresService
@@ -68,85 +73,6 @@ _OWN_FLAGS = (
 # mix into the vLLM venv's interpreter), and what no service is ever given.
 _NOT_FOR_VLLM = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "VLLM_API_KEY", "OPENAI_ENDPOINT_URL")
 _FALLBACK_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-
-
-@dataclass(frozen=True)
-class ClusterSite:
-    """What the cluster profile takes from cluster.env (and the environment)."""
-
-    source: str  # the cluster.env path, for messages
-    vllm_venv: Path | None
-    sif_dir: Path | None
-    postgres_image: str | None
-    backend_image: str | None
-    hf_home: str | None
-    phoenix_enabled: bool
-
-
-def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) -> ClusterSite:
-    """cluster.env's values; VLLM_VENV, SIF_DIR and HF_HOME fall back to the environment,
-    and `$CLUSTER_WORK` of the environment wins over the file's (as for the results root).
-    """
-    values = site.values if site is not None else {}
-
-    def get(key: str, *, env_fallback: bool = True) -> str | None:
-        return values.get(key) or (environ.get(key) if env_fallback else None) or None
-
-    work = environ.get("CLUSTER_WORK") or values.get("CLUSTER_WORK")
-    sif_dir = get("SIF_DIR") or (str(Path(work) / "sif") if work else None)
-    venv = get("VLLM_VENV")
-    return ClusterSite(
-        source=str(site.path) if site is not None else "cluster.env",
-        vllm_venv=Path(venv) if venv else None,
-        sif_dir=Path(sif_dir) if sif_dir else None,
-        postgres_image=get("POSTGRES_IMAGE", env_fallback=False),
-        backend_image=get("BACKEND_IMAGE", env_fallback=False),
-        hf_home=get("HF_HOME"),
-        phoenix_enabled=get("PHOENIX_ENABLED", env_fallback=False) == "1",
-    )
-
-
-def image_refs(
-    site: ClusterSite, arm: Arm, *, backend_image: str | None = None, backend_command: bool = False
-) -> dict[str, str]:
-    """Service name → the image reference it runs from: Postgres' always, the backend's
-    unless a command replaces it (`backend_image` is --haico-backend-image, else the arm's,
-    else cluster.env's). Raises ConfigError if one is not set."""
-    images = {"postgres": _required(site.postgres_image, site, "POSTGRES_IMAGE", "Postgres")}
-    if not backend_command:
-        chosen = backend_image or arm.backend.image or site.backend_image
-        images["backend"] = _required(chosen, site, "BACKEND_IMAGE", "the backend")
-    return images
-
-
-def image_sifs(
-    site: ClusterSite, arm: Arm, *, backend_image: str | None = None, backend_command: bool = False
-) -> dict[str, Path]:
-    """Service name → the SIF it runs from, existing or not (gate 8 `images` checks them).
-    Raises ConfigError if an image is not set or not pinned by digest."""
-    refs = image_refs(site, arm, backend_image=backend_image, backend_command=backend_command)
-    return {
-        name: sif_path(ref, _sif_dir(site, ref), source=site.source) for name, ref in refs.items()
-    }
-
-
-def _sif_dir(site: ClusterSite, ref: str) -> Path:
-    if site.sif_dir is None and ref.startswith("docker://"):
-        raise ConfigError(
-            site.source, "SIF_DIR", "not set, nor CLUSTER_WORK: no place for the images' SIFs"
-        )
-    return site.sif_dir or Path("/")
-
-
-def _required(value: str | None, site: ClusterSite, key: str, what: str) -> str:
-    if not value:
-        raise ConfigError(
-            site.source,
-            key,
-            f"required by the cluster profile: {what}'s image pinned by digest "
-            "(docker://<repo>@sha256:<64 hex>) or the absolute path of a .sif",
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -298,7 +224,7 @@ def build_cluster_stack(
             "(e.g. `module load apptainer`) in the job script before pytest"
         )
     sifs = {
-        name: require_sif(ref, _sif_dir(resolved, ref), what=name, source=resolved.source)
+        name: require_sif(ref, sif_dir_for(resolved, ref), what=name, source=resolved.source)
         for name, ref in refs.items()
     }
     api_key = model_endpoint.api_key if model_endpoint is not None else new_secret()

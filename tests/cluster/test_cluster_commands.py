@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from pytest_haico.config.cluster_site import sif_path
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.identity import item_id
 from pytest_haico.errors import ConfigError, StackError
-from pytest_haico.stack.apptainer import ContainerHttpService, host_environment, sif_path
+from pytest_haico.stack.apptainer import ContainerHttpService, host_environment
 from pytest_haico.stack.cluster import build_cluster_stack
 from pytest_haico.stack.pgcluster import SUPERUSER
 from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint, Stack
