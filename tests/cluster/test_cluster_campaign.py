@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
 import socket
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.stack import Orchestrator
+from pytest_haico.stack.profiles import HttpService, build_llm_service
 from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, ShimSite
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
@@ -24,6 +29,17 @@ JOB_ID = "731"
 HOST = socket.gethostname()
 SERVED_NAME = "qwen-test"
 SCRIPTS = ("s1", "s2", "s3")
+# A backend build given by --haico-backend-image: another digest of cluster.env's image.
+OPTION_DIGEST = "5" * 64
+OPTION_IMAGE = BACKEND_IMAGE.replace(BACKEND_DIGEST, OPTION_DIGEST)
+OPTION_SIF = f"haico-backend-sha256-{OPTION_DIGEST}.sif"
+SITE_SIF = f"haico-backend-sha256-{BACKEND_DIGEST}.sif"
+# The stand-in backend as a developer's build run on the host (--haico-backend-cmd).
+BACKEND_AS_COMMAND = (
+    shlex.join([sys.executable, "-m", "pytest_haico.standins.backend", "--host", "127.0.0.1"])
+    + " --port {port}"
+)
+SHARED_KEY = "the-shared-model-key-of-another-job"
 # Writes the secrets and the service processes of every stack the session started to
 # $HAICO_TEST_STACKS (outside the results directory) when pytest ends: the secrets the test
 # then looks for everywhere else, the processes that must be gone.
@@ -336,3 +352,183 @@ def test_a_stack_the_cluster_profile_cannot_build_ends_the_run_with_exit_78(
     gates = json.loads((cluster_campaign.run_dir() / "gates.json").read_text())
     assert [gate["name"] for gate in gates["gates"]] == STATIC
     assert gates["passed"]
+
+
+def _log_header(run: Path, service: str) -> str:
+    """The first line of a service's log: when it started, and its argv."""
+    return (run / "logs" / f"{service}.log").read_text().splitlines()[0]
+
+
+def _run_config(run: Path) -> dict[str, str]:
+    """run-config.env read as bash would (a value with a space is quoted)."""
+    pairs = [line.partition("=") for line in (run / "run-config.env").read_text().splitlines()]
+    return {key: "".join(shlex.split(value)) for key, _, value in pairs}
+
+
+def _check_no_leak(
+    cluster_campaign: ClusterCampaign, output: str, services: set[str], *extra: str
+) -> None:
+    """The services of the session's stack were `services`, none of them (nor their
+    children) is left, and no secret of the stack, nor `extra`, is in the output or results."""
+    stacks = json.loads(cluster_campaign.stacks_file.read_text())
+    assert set(stacks["pids"]) == services
+    assert not _survivors(stacks["pids"].values(), str(cluster_campaign.site.root))
+    secrets = stacks["secrets"]
+    assert len(secrets) == 4 and all(len(secret) >= 16 for secret in secrets)
+    for needle in (*secrets, HOST_SECRET, *extra):
+        assert needle not in output
+        for path in cluster_campaign.project.root.joinpath("results").rglob("*"):
+            if path.is_file():
+                assert needle.encode() not in path.read_bytes(), path
+
+
+def _ledger_status(cluster_campaign: ClusterCampaign, *args: str) -> str:
+    """What a collection of the campaign with `args` says is done and to run (no stack)."""
+    result = cluster_campaign.run("--collect-only", "-q", *args, in_process=True)
+    # 5: every item was deselected as done.
+    assert result.ret in (0, 5), result.stdout.str()
+    (line,) = [line for line in result.stdout.lines if " done in ledger, " in line]
+    return line
+
+
+def test_the_backend_image_option_runs_its_build_and_gives_it_its_own_item_ids(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    site = cluster_campaign.site
+    # The option's build is pulled; cluster.env names another one, whose SIF is gone: the
+    # option's wins, and the other is not needed.
+    shutil.copy2(site.sif_dir / SITE_SIF, site.sif_dir / OPTION_SIF)
+    (site.sif_dir / SITE_SIF).unlink()
+    project = cluster_campaign.project
+
+    result = cluster_campaign.run("--haico-backend-image", OPTION_IMAGE)
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, output
+    records = project.records("demo")
+    assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
+    assert {r["backend_identity"] for r in records} == {f"image:{OPTION_IMAGE}"}
+    run = cluster_campaign.run_dir()
+    gates = json.loads((run / "gates.json").read_text())
+    assert gates["passed"] and all(gate["passed"] for gate in gates["gates"])
+    # The option's SIF ran the backend, through apptainer.
+    header = _log_header(run, "backend")
+    assert f"{site.bin_dir / 'apptainer'} exec " in header
+    assert str(site.sif_dir / OPTION_SIF) in header and SITE_SIF not in header
+    assert _run_config(run)["BACKEND_IDENTITY"] == f"image:{OPTION_IMAGE}"
+    _check_no_leak(cluster_campaign, output, {"llm", "postgres", "backend"})
+
+    # Another build (cluster.env's, another digest of the same repository's image): other
+    # item ids, none done.
+    none_done = f"haico: 0 done in ledger, {len(SCRIPTS)} to run (0 retries)"
+    assert _ledger_status(cluster_campaign) == none_done
+    # The same build, however it is named: the same item ids, all done. cluster.env with no
+    # BACKEND_IMAGE, then with the option's image in it (and no option).
+    done = f"haico: {len(SCRIPTS)} done in ledger, 0 to run (0 retries)"
+    lines = cluster_campaign.cluster_env.read_text().splitlines()
+    kept = [line for line in lines if not line.startswith("BACKEND_IMAGE=")]
+    cluster_campaign.cluster_env.write_text("\n".join(kept) + "\n")
+    assert _ledger_status(cluster_campaign, "--haico-backend-image", OPTION_IMAGE) == done
+    with cluster_campaign.cluster_env.open("a") as handle:
+        handle.write(f"BACKEND_IMAGE={OPTION_IMAGE}\n")
+    assert _ledger_status(cluster_campaign) == done
+
+
+def test_the_backend_command_runs_on_the_host_on_the_cluster_profile(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    site = cluster_campaign.site
+    (site.sif_dir / SITE_SIF).unlink()  # the command replaces the backend's image
+    project = cluster_campaign.project
+
+    result = cluster_campaign.run("--haico-backend-cmd", BACKEND_AS_COMMAND)
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, output
+    records = project.records("demo")
+    assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
+    assert {r["backend_identity"] for r in records} == {f"cmd:{BACKEND_AS_COMMAND};git:none"}
+    result.stdout.fnmatch_lines(["*--haico-backend-cmd runs in *not a git checkout*"])
+    run = cluster_campaign.run_dir()
+    gates = json.loads((run / "gates.json").read_text())
+    assert gates["passed"] and all(gate["passed"] for gate in gates["gates"])
+    detail = {gate["name"]: gate["detail"] for gate in gates["gates"]}
+    assert detail["inputs_present"].endswith("; 1 image; 1 script file readable")
+    # The backend ran on the host, no apptainer; Postgres still from its image.
+    backend = _log_header(run, "backend")
+    assert backend.endswith(f": {BACKEND_AS_COMMAND.split(' --port')[0]} --port {_port(backend)}")
+    assert "apptainer" not in backend
+    assert "apptainer" in _log_header(run, "postgres")
+    config = _run_config(run)
+    assert config["BACKEND_IDENTITY"] == f"cmd:{BACKEND_AS_COMMAND};git:none"
+    _check_no_leak(cluster_campaign, output, {"llm", "postgres", "backend"})
+
+
+def _port(header: str) -> str:
+    match = re.search(r" port (\d+) attempt ", header)
+    assert match is not None, header
+    return match[1]
+
+
+@pytest.fixture
+def served_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpService]:
+    """A stand-in model server serving the arm's model, started by hand as another user's
+    served-model job would run it."""
+    root = tmp_path_factory.mktemp("shared-llm")
+    llm = build_llm_service(
+        served_name=SERVED_NAME,
+        max_model_len=8192,
+        tool_call_parser="hermes",
+        persona="helpful",
+        latency_ms=0,
+        seed=0,
+        api_key=SHARED_KEY,
+        name="shared-llm",
+    )
+    with Orchestrator([llm], root / "logs", state_dir=root / "state"):
+        yield llm
+
+
+def test_a_cluster_campaign_attaches_to_a_served_model_without_starting_vllm(
+    cluster_campaign: ClusterCampaign,
+    served_model: HttpService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    site = cluster_campaign.site
+    # A tripwire in front of the vLLM shim; a CPU job (no GPU), no weights on this node.
+    vllm = site.venv / "bin" / "vllm"
+    vllm.rename(vllm.with_name("vllm-shim"))
+    tripwire = site.root / "vllm-ran"
+    vllm.write_text(f'#!/bin/sh\ntouch {tripwire}\nexec "$0-shim" "$@"\n')
+    vllm.chmod(0o755)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    model_dir = cluster_campaign.project.root / "models" / "Qwen2.5-Test-Instruct"
+    shutil.rmtree(model_dir)
+    monkeypatch.setenv("HAICO_MODEL_API_KEY", SHARED_KEY)
+    endpoint = f"http://vllm.localhost:{served_model.port}/v1"
+    project = cluster_campaign.project
+
+    result = cluster_campaign.run("--haico-model-endpoint", endpoint)
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, output
+    records = project.records("demo")
+    assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
+    assert {r["model_identity"] for r in records} == {
+        f"endpoint:{endpoint};served_name:{SERVED_NAME}"
+    }
+    assert not tripwire.exists()
+    run = cluster_campaign.run_dir()
+    assert not (run / "logs" / "llm.log").exists()
+    gates = json.loads((run / "gates.json").read_text())
+    assert [gate["name"] for gate in gates["gates"]] == STATIC + DYNAMIC
+    assert gates["passed"] and all(gate["passed"] for gate in gates["gates"])
+    detail = {gate["name"]: gate["detail"] for gate in gates["gates"]}
+    # What only matters when vLLM starts here is not checked: GPUs, venv, weights, parser.
+    assert detail["parallel_width"] == "no vLLM started here: no GPU check"
+    assert detail["vllm_environment"] == f"apptainer at {site.bin_dir / 'apptainer'}"
+    assert detail["inputs_present"] == "2 images; 1 script file readable"
+    assert detail["tool_calling_flags"].endswith("(parser not checked: no vLLM venv)")
+    assert detail["login_node"] == f"this host is a node of Slurm job {JOB_ID} ({HOST})"
+    # The backend still ran from its image, pointed at the served model.
+    assert SITE_SIF in _log_header(run, "backend")
+    config = _run_config(run)
+    assert config["MODEL_ENDPOINT"] == endpoint
+    _check_no_leak(cluster_campaign, output, {"postgres", "backend"}, SHARED_KEY)
