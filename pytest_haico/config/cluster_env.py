@@ -22,6 +22,7 @@ KNOWN_KEYS = {
     "ACCOUNT": "Slurm account to charge",
     "QOS": "Slurm QOS",
     "PHOENIX_ENABLED": "1 to run Phoenix tracing beside the backend",
+    "PHOENIX_IMAGE": "Phoenix OCI image pinned by digest, or a SIF (with PHOENIX_ENABLED=1)",
 }
 _LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")

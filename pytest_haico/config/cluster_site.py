@@ -28,6 +28,7 @@ class ClusterSite:
     backend_image: str | None
     hf_home: str | None
     phoenix_enabled: bool
+    phoenix_image: str | None = None
 
 
 def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) -> ClusterSite:
@@ -50,6 +51,7 @@ def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) ->
         backend_image=get("BACKEND_IMAGE", env_fallback=False),
         hf_home=get("HF_HOME"),
         phoenix_enabled=get("PHOENIX_ENABLED", env_fallback=False) == "1",
+        phoenix_image=get("PHOENIX_IMAGE", env_fallback=False),
     )
 
 
@@ -58,11 +60,17 @@ def image_refs(
 ) -> dict[str, str]:
     """Service name → the image reference it runs from: Postgres' always, the backend's
     unless a command replaces it (`backend_image` is --haico-backend-image, else the arm's,
-    else cluster.env's). Raises ConfigError if one is not set."""
+    else cluster.env's), and Phoenix's when PHOENIX_ENABLED=1 turns the backend image's
+    tracing on (a command's environment has no tracing settings). Raises ConfigError if
+    one is not set."""
     images = {"postgres": _required(site.postgres_image, site, "POSTGRES_IMAGE", "Postgres")}
     if not backend_command:
         chosen = backend_image or arm.backend.image or site.backend_image
         images["backend"] = _required(chosen, site, "BACKEND_IMAGE", "the backend")
+        if site.phoenix_enabled:
+            images["phoenix"] = _required(
+                site.phoenix_image, site, "PHOENIX_IMAGE", "Phoenix", needed_by="PHOENIX_ENABLED=1"
+            )
     return images
 
 
@@ -87,12 +95,19 @@ def sif_dir_for(site: ClusterSite, ref: str) -> Path:
     return site.sif_dir or Path("/")
 
 
-def _required(value: str | None, site: ClusterSite, key: str, what: str) -> str:
+def _required(
+    value: str | None,
+    site: ClusterSite,
+    key: str,
+    what: str,
+    *,
+    needed_by: str = "the cluster profile",
+) -> str:
     if not value:
         raise ConfigError(
             site.source,
             key,
-            f"required by the cluster profile: {what}'s image pinned by digest "
+            f"required by {needed_by}: {what}'s image pinned by digest "
             "(docker://<repo>@sha256:<64 hex>) or the absolute path of a .sif",
         )
     return value

@@ -19,6 +19,8 @@ SIFs are pulled once per image digest (`haico env`, at submission), never per ta
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,8 @@ from pytest_haico.errors import StackError
 from pytest_haico.stack.profiles import HttpService
 from pytest_haico.stack.service import Command, write_env_file
 from pytest_haico.stack.statedir import make_owned_tempdir, remove_tree
+
+logger = logging.getLogger(__name__)
 
 # What the `apptainer` process needs of the host: where things are, the locale, and the
 # site's Apptainer settings (bind paths, cache). Nothing else, so no secret.
@@ -100,13 +104,17 @@ class ContainerHttpService(HttpService):
     """An `HttpService` whose `argv(port)` and `env()` run inside an image.
 
     `reserve` makes a private directory under $TMPDIR (the janitor removes it if we die)
-    holding the hosts file bound to /etc/hosts and, at each spawn, the env file with
-    `env()` (and the port variable); `cleanup` deletes it once the process has stopped.
+    holding the hosts file bound to /etc/hosts, the service's working directory (0700,
+    bound at the same path) if it has one, and, at each spawn, the env file with `env()`
+    (and the port variable); `cleanup` deletes it once the process has stopped, after
+    `keep(work_dir)` has saved what must outlive it.
     """
 
     apptainer: Apptainer
     hosts: str = ""  # the container's /etc/hosts ("": the host's, Apptainer's default)
     binds: Callable[[], Sequence[str]] = field(default=tuple)
+    work_dir_name: str = ""  # the working directory's name in the private one ("": none)
+    keep: Callable[[Path], None] | None = None  # at cleanup, given the working directory
     private_dir: Path | None = None
 
     def reserve(self) -> None:
@@ -117,6 +125,9 @@ class ContainerHttpService(HttpService):
         try:
             if self.hosts:
                 (directory / "hosts").write_text(self.hosts, encoding="utf-8")
+            if self.work_dir_name:
+                (directory / self.work_dir_name).mkdir(mode=0o700)
+                os.chmod(directory / self.work_dir_name, 0o700)  # whatever the umask
         except BaseException:
             remove_tree(directory)
             raise
@@ -129,6 +140,13 @@ class ContainerHttpService(HttpService):
         if self.private_dir is None:
             raise StackError(f"{self.name} is not reserved yet: start the stack first")
         return self.private_dir / ENV_FILE_NAME
+
+    @property
+    def work_dir(self) -> Path | None:
+        """The service's working directory, if it has one (known once reserved)."""
+        if self.private_dir is None or not self.work_dir_name:
+            return None
+        return self.private_dir / self.work_dir_name
 
     @property
     def hosts_file(self) -> Path | None:
@@ -150,14 +168,23 @@ class ContainerHttpService(HttpService):
         env_file.unlink(missing_ok=True)
         write_env_file(env_file, self.container_env(port))
         binds = list(self.binds())
+        if self.work_dir is not None:
+            binds.append(str(self.work_dir))
         if self.hosts_file is not None:
             binds.append(f"{self.hosts_file}:/etc/hosts:ro")
         argv = self.apptainer.exec_argv(self.argv(port), env_file=env_file, binds=binds)
         return Command(argv=argv, env=self.apptainer.environment(), cwd=self.cwd)
 
     def cleanup(self) -> None:
-        """Delete the env file and the private directory (the process has stopped)."""
+        """`keep` the working directory's results, then delete the env file and the private
+        directory (the process has stopped). A failed `keep` is logged: the directory
+        goes all the same (it is node-local, and nobody else would remove it)."""
         if self.private_dir is not None:
+            if self.keep is not None and self.work_dir is not None:
+                try:
+                    self.keep(self.work_dir)
+                except Exception as exc:
+                    logger.error("%s: could not save from %s: %s", self.name, self.work_dir, exc)
             if not remove_tree(self.private_dir):
                 raise StackError(f"{self.name}: could not remove {self.private_dir}")
             self.private_dir = None

@@ -13,6 +13,13 @@
   environment contract of `BackendCommand` plus the haico-owned `BackendConfig`, all in a
   0600 env file; a hosts file bound to /etc/hosts maps the model server's names to
   127.0.0.1. OPENAI_ENDPOINT_URL is never set (`--cleanenv` drops the host's).
+* Phoenix, with PHOENIX_ENABLED=1 in cluster.env (an image backend's tracing):
+  `python3 -m phoenix.server.main serve` in `PHOENIX_IMAGE`, on 127.0.0.1 (PHOENIX_HOST,
+  PHOENIX_PORT; its gRPC collector, which binds every interface, on a claimed port too),
+  its working directory (PHOENIX_WORKING_DIR, where `phoenix.db` is) private under the
+  node-local `$TMPDIR`. The backend requires it and gets its OTLP HTTP endpoint as
+  PHOENIX_COLLECTOR_ENDPOINT; at stop, once both have stopped, the database is copied to
+  `<run dir>/phoenix.db` before the working directory goes.
 
 The model endpoint is `http://vllm.localhost:<port>/v1`, as in the local profile: a name
 under `.localhost` can never resolve to another machine, even where the hosts file is
@@ -21,11 +28,14 @@ missing, and its host contains `vllm` (which makes the backend use `VLLM_API_KEY
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import signal
+import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_haico.config.cluster_env import ClusterEnv
@@ -47,13 +57,18 @@ from pytest_haico.stack.profiles import (
     Stack,
     build_command_backend,
 )
-from pytest_haico.stack.service import Service, new_secret
+from pytest_haico.stack.service import Command, Service, new_secret
+
+logger = logging.getLogger(__name__)
 
 MODEL_HOST = "vllm.localhost"  # the model server's name for the backend (hosts file)
 DEFAULT_BACKEND_ARGV = ("haico-backend", "--host", "127.0.0.1", "--port", "{port}")
 PROGRESS_EVERY_S = 30.0
 POSTGRES_START_TIMEOUT_S = 120.0  # an image's first start from a shared file system
 BACKEND_START_TIMEOUT_S = 300.0  # the backend's imports, from a SIF on a shared file system
+PHOENIX_ARGV = ("python3", "-m", "phoenix.server.main", "serve")  # the image's CMD, spelled out
+PHOENIX_START_TIMEOUT_S = 300.0  # its imports and database migrations, from a SIF
+PHOENIX_DB = "phoenix.db"  # Phoenix's SQLite database in its working directory
 # Flags the profile sets itself: an arm's extra_args may not repeat or override them.
 _OWN_FLAGS = (
     "--model",
@@ -188,6 +203,101 @@ def hosts_file_text(base: str | None = None) -> str:
     return own + base
 
 
+def save_sqlite(source: Path, destination: Path, *, mode: int) -> bool:
+    """Copy the SQLite database `source` to `destination`, created with `mode`; False if
+    there is no `source`.
+
+    SQLite's backup API (which also reads a write-ahead log a killed writer left behind)
+    makes a snapshot next to `source`, node-local: SQLite's locks are not to be trusted on
+    a shared file system. The snapshot leaves WAL mode, so that a reader without write
+    access to its directory can open the copy; the copy is written whole, then renamed.
+    """
+    if not source.is_file():
+        return False
+    snapshot = source.with_name(f"{source.name}.snapshot")
+    snapshot.unlink(missing_ok=True)
+    with (
+        contextlib.closing(sqlite3.connect(source)) as reader,
+        contextlib.closing(sqlite3.connect(snapshot)) as writer,
+    ):
+        reader.backup(writer)
+        writer.execute("PRAGMA journal_mode=DELETE")
+    partial = destination.with_name(f".{destination.name}.partial")
+    partial.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(partial, flags, mode)
+    try:
+        with os.fdopen(fd, "wb") as out, snapshot.open("rb") as data:
+            os.fchmod(out.fileno(), mode)  # the umask may have cut it
+            shutil.copyfileobj(data, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, destination)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        snapshot.unlink(missing_ok=True)
+    return True
+
+
+@dataclass(kw_only=True)
+class PhoenixService(ContainerHttpService):
+    """Phoenix in its image. Besides its HTTP port it binds a gRPC collector on every
+    interface (PHOENIX_GRPC_PORT, default 4317, which co-tenants would share): each spawn
+    claims a port for it from the stack's pool, which releases it at stop."""
+
+    ports: PortPool = field(repr=False)
+    grpc_port: int | None = None
+
+    def command(self, port: int) -> Command:
+        """A freshly claimed gRPC port (a respawn may follow a co-tenant taking it)."""
+        if self.grpc_port is not None:
+            self.ports.release(self.grpc_port)
+        self.grpc_port = self.ports.claim(f"{self.name}-grpc")
+        return super().command(port)
+
+    @property
+    def collector_endpoint(self) -> str:
+        """Its OTLP HTTP endpoint for traces."""
+        return f"{self.url}/v1/traces"
+
+
+def build_phoenix_service(
+    apptainer: Apptainer, *, ports: PortPool, run_dir: Path, file_mode: int
+) -> PhoenixService:
+    """Phoenix from `apptainer`'s image, as a service named `phoenix` (not yet started):
+    its database is copied to `run_dir` at cleanup."""
+    phoenix: PhoenixService
+
+    def env() -> dict[str, str]:
+        assert phoenix.work_dir is not None  # reserved before the first spawn
+        return {
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_GRPC_PORT": str(phoenix.grpc_port),
+            "PHOENIX_WORKING_DIR": str(phoenix.work_dir),
+            "PHOENIX_TELEMETRY_ENABLED": "false",  # a compute node phones nobody home
+        }
+
+    def keep(work_dir: Path) -> None:
+        if not save_sqlite(work_dir / PHOENIX_DB, run_dir / PHOENIX_DB, mode=file_mode):
+            logger.info("phoenix: no %s in %s to keep", PHOENIX_DB, work_dir)
+
+    phoenix = PhoenixService(
+        name="phoenix",
+        argv=lambda port: list(PHOENIX_ARGV),
+        env=env,
+        apptainer=apptainer,
+        health_path="/healthz",
+        start_timeout=PHOENIX_START_TIMEOUT_S,
+        port_env="PHOENIX_PORT",
+        work_dir_name="working",
+        keep=keep,
+        ports=ports,
+    )
+    return phoenix
+
+
 def build_cluster_stack(
     log_dir: Path,
     *,
@@ -203,6 +313,7 @@ def build_cluster_stack(
     ports: PortPool | None = None,
     registry_mirror: Path | None = None,
     log_mode: int = 0o640,
+    run_dir: Path | None = None,
 ) -> Stack:
     """The cluster profile's services for `arm`, not yet started (the same `Stack` as the
     local profile's). Everything that can be checked without starting anything is checked
@@ -211,6 +322,8 @@ def build_cluster_stack(
     `backend_image` is `--haico-backend-image` (else the arm's, else cluster.env's
     BACKEND_IMAGE); a `backend_command` runs on the host instead of an image; a
     `model_endpoint` replaces vLLM (none is started). `environ` defaults to os.environ.
+    Phoenix's database is kept in `run_dir` (default: `log_dir`'s parent), with the
+    results' file mode `log_mode`.
     """
     environ = os.environ if environ is None else environ
     resolved = resolve_cluster_site(site, environ)
@@ -250,6 +363,15 @@ def build_cluster_stack(
         return f"http://{MODEL_HOST}:{orchestrator.port('llm')}/v1"
 
     config = BackendConfig(tracing=resolved.phoenix_enabled, max_tokens=arm.generation.max_tokens)
+    pool = ports if ports is not None else PortPool(state_dir)
+    phoenix = None
+    if "phoenix" in sifs:
+        phoenix = build_phoenix_service(
+            Apptainer(found, sifs["phoenix"], environ=dict(environ)),
+            ports=pool,
+            run_dir=log_dir.parent if run_dir is None else run_dir,
+            file_mode=log_mode,
+        )
     backend: HttpService
     if backend_command is not None:
         backend = build_command_backend(
@@ -274,6 +396,10 @@ def build_cluster_stack(
                 "HAICO_BACKEND_HOST": "127.0.0.1",
                 **config.environment(),
             }
+            if phoenix is not None:
+                env["PHOENIX_COLLECTOR_ENDPOINT"] = (
+                    f"http://127.0.0.1:{orchestrator.port(phoenix.name)}/v1/traces"
+                )
             if api_key:
                 env["VLLM_API_KEY"] = api_key
             return env
@@ -286,18 +412,21 @@ def build_cluster_stack(
             hosts=hosts_file_text(hosts_base),
             health_path="/api/health",
             health_headers={"Authorization": f"Bearer {admin_token}"},
-            requires=(postgres.name,),
+            requires=(postgres.name,) if phoenix is None else (postgres.name, phoenix.name),
             start_timeout=BACKEND_START_TIMEOUT_S,
             secrets=tuple(s for s in (api_key, admin_token, *postgres.secrets) if s),
             port_env="HAICO_BACKEND_PORT",
         )
     # The model server first: its load is the long pole, and Postgres' initdb overlaps it.
     services: list[Service] = [llm] if llm is not None else []
+    services.append(postgres)
+    if phoenix is not None:
+        services.append(phoenix)
     orchestrator = Orchestrator(
-        [*services, postgres, backend],
+        [*services, backend],
         log_dir,
         state_dir=state_dir,
-        ports=ports,
+        ports=pool,
         registry_mirror=registry_mirror,
         log_mode=log_mode,
     )

@@ -1,6 +1,8 @@
 """A scratch cluster site for the cluster profile's tests: CLUSTER_WORK with fake SIFs, a
-VLLM_VENV whose `bin/vllm` is the vLLM shim, a bin directory with the Apptainer shim, and
-cluster.env naming them (a module, not fixtures: tests/cluster/conftest.py makes one)."""
+VLLM_VENV whose `bin/vllm` is the vLLM shim, a bin directory with the Apptainer shim (and
+the Phoenix shim, which the Phoenix image's `python3` runs), and cluster.env naming them
+(PHOENIX_IMAGE too, but not PHOENIX_ENABLED): a module, not fixtures
+(tests/cluster/conftest.py makes one)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ POSTGRES_DIGEST = "1" * 64
 BACKEND_DIGEST = "2" * 64
 POSTGRES_IMAGE = f"docker://postgres@sha256:{POSTGRES_DIGEST}"
 BACKEND_IMAGE = f"docker://ghcr.io/example/haico-backend@sha256:{BACKEND_DIGEST}"
+PHOENIX_DIGEST = "3" * 64
+PHOENIX_IMAGE = f"docker://arizephoenix/phoenix@sha256:{PHOENIX_DIGEST}"
 # The official Postgres image's own variables (PGDATA too: `postgres -D` must win over it).
 POSTGRES_IMAGE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -32,6 +36,12 @@ POSTGRES_IMAGE_ENV = {
     "LANG": "en_US.utf8",
 }
 BACKEND_IMAGE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+# The Phoenix image's own (its Dockerfile's ENV lines).
+PHOENIX_IMAGE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin:/phoenix/.venv/bin",
+    "PYTHONPATH": "/phoenix/.venv/lib/python3.13/site-packages:",
+    "PYTHONUNBUFFERED": "1",
+}
 # Set in the host environment the stack is built from: none may reach a container.
 HOST_SECRET = "sk-host-secret-that-must-stay-on-the-host"
 HOST_ONLY = {
@@ -85,6 +95,7 @@ def make_shim_site(root: Path, *, cluster_env_lines: tuple[str, ...] = ()) -> Sh
     bin_dir = root / "bin"
     bin_dir.mkdir()
     shutil.copy2(SHIMS / "apptainer", bin_dir / "apptainer")
+    shutil.copy2(SHIMS / "phoenix", bin_dir / "phoenix")
     # The shims' `#!/usr/bin/env python3` finds this one first: pyenv's shim of the same
     # name costs half a second per start. (Another user is refused it and goes on along
     # PATH to the system's python3.)
@@ -105,11 +116,18 @@ def make_shim_site(root: Path, *, cluster_env_lines: tuple[str, ...] = ()) -> Sh
         binds_required=["/etc/hosts"],
         hosts_must_map=["vllm.localhost", "vllm"],
     )
+    _write_sif(
+        sif_dir / f"phoenix-sha256-{PHOENIX_DIGEST}.sif",
+        # The image's PYTHONPATH would mix into this interpreter: the shim gets -I.
+        programs={"python3": [sys.executable, "-I", str(bin_dir / "phoenix")]},
+        env=PHOENIX_IMAGE_ENV,
+    )
     lines = [
         f"CLUSTER_WORK={work}",
         "VLLM_VENV=$CLUSTER_WORK/vllm-venv",
         f"POSTGRES_IMAGE={POSTGRES_IMAGE}",
         f"BACKEND_IMAGE={BACKEND_IMAGE}",
+        f"PHOENIX_IMAGE={PHOENIX_IMAGE}",
         f"HF_HOME={work / 'hf'}",
         *cluster_env_lines,
     ]
