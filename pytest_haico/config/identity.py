@@ -108,16 +108,14 @@ def backend_identity(
     tree: SourceTree | None = None,
     site_image: str | None = None,
 ) -> str:
-    """The backend build: a command (and the tree it runs in), else an image (this run's,
-    the arm's, the site's), else the stand-in."""
+    """The backend build: a command (and the tree it runs in), else on the cluster profile an
+    image (this run's, the arm's, the site's), else the local profile's stand-in."""
     if command:
         return f"cmd:{command};{tree.identity if tree is not None else 'git:none'}"
-    chosen = image or arm.backend.image or (site_image if profile is Profile.CLUSTER else None)
-    if chosen:
-        return f"image:{chosen}"
-    if profile is Profile.LOCAL:
-        return f"standin:pytest_haico.standins.backend@{__version__}"
-    return "unspecified"
+    if profile is Profile.CLUSTER:
+        chosen = image or arm.backend.image or site_image
+        return f"image:{chosen}" if chosen else "unspecified"
+    return f"standin:pytest_haico.standins.backend@{__version__}"  # images: cluster only
 
 
 def item_id(arm: Arm, script: Script, repeat: int, *, model: str, backend: str) -> str:

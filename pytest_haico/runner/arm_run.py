@@ -373,6 +373,7 @@ class ArmRun:
                 "POSTGRES_PORT": str(ports.get("postgres", "")),
                 "VLLM_PORT": str(ports.get("llm", "")),
                 "BACKEND_PORT": str(ports.get("backend", "")),
+                **({"PHOENIX_PORT": str(ports["phoenix"])} if "phoenix" in ports else {}),
                 "MODEL_ENDPOINT": stack.model_endpoint,
             }
         )

@@ -170,7 +170,8 @@ def cluster_images(
         return failed(
             filesystem.INPUTS_PRESENT,
             f"cannot locate the images to run: {exc}",
-            "set POSTGRES_IMAGE and BACKEND_IMAGE in cluster.env (or [backend] image in "
+            "set POSTGRES_IMAGE and BACKEND_IMAGE (and PHOENIX_IMAGE with PHOENIX_ENABLED=1) "
+            "in cluster.env (or [backend] image in "
             f"arms/{arm.name}.toml, or --haico-backend-image) to docker://<repo>@sha256:<64 "
             "hex> or the absolute path of a .sif, and SIF_DIR or CLUSTER_WORK for the pulled "
             "SIFs",

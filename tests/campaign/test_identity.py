@@ -84,6 +84,17 @@ def test_a_new_backend_image_changes_the_id() -> None:
     assert identity(a, script(), backend=old) != identity(a, script(), backend=new)
 
 
+def test_an_arms_backend_image_names_the_backend_on_the_cluster_profile_only() -> None:
+    image = "docker://haico@sha256:" + "3" * 64
+    with_image = arm(backend={"image": image})
+    assert backend_identity(with_image, profile=Profile.CLUSTER) == f"image:{image}"
+    # The local profile runs its stand-in whatever the arm names for a cluster.
+    assert backend_identity(with_image, profile=Profile.LOCAL) == backend_identity(
+        arm(), profile=Profile.LOCAL
+    )
+    assert backend_identity(arm(), profile=Profile.LOCAL).startswith("standin:")
+
+
 def test_hf_model_identity_records_an_unpinned_revision() -> None:
     pinned = arm(model={"hf_id": "Qwen/Qwen2.5-7B", "revision": "abc123"})
     unpinned = arm(model={"hf_id": "Qwen/Qwen2.5-7B"})

@@ -325,9 +325,10 @@ def test_an_image_not_pinned_by_digest_fails_gate_inputs_present_naming_the_fix(
     result.stdout.fnmatch_lines(
         [
             "gate failed (exit 78): arm demo: gate inputs_present failed: cannot locate the "
-            f"images to run: {cluster_campaign.cluster_env}: image: 'docker://ghcr.io/example/haico-backend:"
-            "latest' is neither pinned by digest*; set POSTGRES_IMAGE and BACKEND_IMAGE in "
-            "cluster.env*"
+            f"images to run: {cluster_campaign.cluster_env}: image: "
+            "'docker://ghcr.io/example/haico-backend:latest' is neither pinned by digest*; "
+            "set POSTGRES_IMAGE and BACKEND_IMAGE (and PHOENIX_IMAGE with PHOENIX_ENABLED=1) "
+            "in cluster.env*"
         ]
     )
     gates = json.loads((cluster_campaign.run_dir() / "gates.json").read_text())

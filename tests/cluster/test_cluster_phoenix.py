@@ -24,7 +24,8 @@ from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.gates.filesystem import check_inputs_present
 from pytest_haico.runner.preflight import cluster_images
 from pytest_haico.stack.apptainer import ContainerHttpService
-from pytest_haico.stack.cluster import PhoenixService, build_cluster_stack, save_sqlite
+from pytest_haico.stack.cluster import build_cluster_stack
+from pytest_haico.stack.phoenix import PhoenixService, save_sqlite
 from pytest_haico.stack.profiles import BackendCommand, Stack
 from tests.cluster.shim_site import (
     ARM,
