@@ -14,6 +14,10 @@ from pytest_haico import __version__
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.settings import Profile
 
+# What identifies a SIF build cheaply: its global header (the build's UUID, creation time)
+# and its descriptors are at its start.
+SIF_HEADER_BYTES = 64 * 1024
+
 # Sharded checkpoints name their shards in an index; single-file ones have none.
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -114,7 +118,13 @@ def backend_identity(
         return f"cmd:{command};{tree.identity if tree is not None else 'git:none'}"
     if profile is Profile.CLUSTER:
         chosen = image or arm.backend.image or site_image
-        return f"image:{chosen}" if chosen else "unspecified"
+        if not chosen:
+            return "unspecified"
+        if chosen.endswith(".sif") and Path(chosen).is_absolute():
+            # A path names whatever was last built there: the file's header tells builds
+            # apart (a SIF's header holds its build's UUID and creation time).
+            return f"image:{chosen};header:{_header_sha256(Path(chosen))}"
+        return f"image:{chosen}"  # pinned by digest
     return f"standin:pytest_haico.standins.backend@{__version__}"  # images: cluster only
 
 
@@ -138,6 +148,17 @@ def item_id(arm: Arm, script: Script, repeat: int, *, model: str, backend: str) 
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _header_sha256(path: Path, size: int = SIF_HEADER_BYTES) -> str:
+    """sha256 of the file's first `size` bytes and its length, or "missing"."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(size)
+            length = os.fstat(handle.fileno()).st_size
+    except OSError:
+        return "missing"
+    return hashlib.sha256(head + b"\0" + str(length).encode()).hexdigest()
 
 
 def _file_sha256(path: Path) -> str:

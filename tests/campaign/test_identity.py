@@ -84,6 +84,25 @@ def test_a_new_backend_image_changes_the_id() -> None:
     assert identity(a, script(), backend=old) != identity(a, script(), backend=new)
 
 
+def test_a_sif_rebuilt_at_the_same_path_is_another_backend(tmp_path: Path) -> None:
+    sif = tmp_path / "haico-backend.sif"
+    sif.write_bytes(b"SIF_MAGIC build 1" + bytes(100))
+    first = backend_identity(arm(), profile=Profile.CLUSTER, image=str(sif))
+    assert first == backend_identity(arm(), profile=Profile.CLUSTER, image=str(sif))
+    copy = tmp_path / "copy" / "haico-backend.sif"
+    copy.parent.mkdir()
+    copy.write_bytes(sif.read_bytes())
+    # A copy of the same build elsewhere has the same header.
+    assert (
+        first.split(";")[1]
+        == backend_identity(arm(), profile=Profile.CLUSTER, image=str(copy)).split(";")[1]
+    )
+    sif.write_bytes(b"SIF_MAGIC build 2" + bytes(100))
+    rebuilt = backend_identity(arm(), profile=Profile.CLUSTER, image=str(sif))
+    assert rebuilt != first
+    assert identity(arm(), script(), backend=rebuilt) != identity(arm(), script(), backend=first)
+
+
 def test_an_arms_backend_image_names_the_backend_on_the_cluster_profile_only() -> None:
     image = "docker://haico@sha256:" + "3" * 64
     with_image = arm(backend={"image": image})
