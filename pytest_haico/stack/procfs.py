@@ -19,6 +19,7 @@ class ProcStat:
 
     pid: int
     state: str
+    ppid: int
     pgid: int
     sid: int
     start_time: int  # clock ticks since boot: with the pid, identifies a process across pid reuse
@@ -32,7 +33,7 @@ def read_proc_stat(pid: int) -> ProcStat | None:
         return None
     # comm (field 2) may contain spaces and parentheses; everything after the last ")" is plain.
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid, fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
+    return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
 
 
 def read_proc_uid(pid: int) -> int | None:
@@ -55,13 +56,18 @@ def is_alive(pid: int, start_time: int | None = None) -> bool:
     return start_time is None or stat.start_time == start_time
 
 
-def iter_session(sid: int) -> Iterator[ProcStat]:
-    """Every live process of session `sid` (a service's leader pid is its session id)."""
+def iter_processes() -> Iterator[ProcStat]:
+    """Every live process (zombies left out)."""
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             stat = read_proc_stat(int(entry.name))
-            if stat is not None and stat.sid == sid and stat.state not in ("Z", "X"):
+            if stat is not None and stat.state not in ("Z", "X"):
                 yield stat
+
+
+def iter_session(sid: int) -> Iterator[ProcStat]:
+    """Every live process of session `sid` (a service's leader pid is its session id)."""
+    return (stat for stat in iter_processes() if stat.sid == sid)
 
 
 def _listening_inodes(port: int) -> set[str]:

@@ -35,6 +35,7 @@ from tests.cluster.shim_site import (
     ShimSite,
 )
 from tests.polling import is_alive
+from tests.procs import environ, group_members
 
 PORTS = {"llm": 25000, "postgres": 25001, "phoenix": 25003, "backend": 25002}
 RESULTS_MODE = 0o604  # not what a umask makes of anything: the stack set it
@@ -62,25 +63,6 @@ def _phoenix(stack: Stack) -> PhoenixService:
 def _read_env_file(path: Path) -> dict[str, str]:
     words = [shlex.split(line)[0] for line in path.read_text().splitlines() if line.strip()]
     return dict(word.split("=", 1) for word in words)
-
-
-def _environ(pid: int) -> dict[str, str]:
-    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(entry.decode().split("=", 1) for entry in entries if entry)
-
-
-def _session_members(pgids: set[int]) -> list[int]:
-    """Live processes in any of the process groups `pgids`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            raw = (entry / "stat").read_text() if entry.name.isdigit() else ""
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split() if raw else []
-        if fields and fields[0] not in ("Z", "X") and int(fields[2]) in pgids:
-            found.append(int(entry.name))
-    return found
 
 
 def test_phoenix_runs_from_its_image_on_loopback_with_a_private_working_directory(
@@ -205,11 +187,11 @@ def test_the_stack_starts_phoenix_and_keeps_its_database_in_the_run_directory(
         processes = stack.orchestrator.processes
         private = phoenix.private_dir
         assert private is not None and phoenix.port is not None
-        seen = _environ(processes["phoenix"].pid or 0)
+        seen = environ(processes["phoenix"].pid or 0)
         assert seen == {**PHOENIX_IMAGE_ENV, **phoenix.container_env(phoenix.port)}
         endpoint = f"http://127.0.0.1:{phoenix.port}/v1/traces"
         assert phoenix.collector_endpoint == endpoint
-        backend_seen = _environ(processes["backend"].pid or 0)
+        backend_seen = environ(processes["backend"].pid or 0)
         assert backend_seen["PHOENIX_COLLECTOR_ENDPOINT"] == endpoint
         assert backend_seen["PHOENIX_ENABLED"] == "1"
         health = httpx.get(
@@ -239,7 +221,7 @@ def test_the_stack_starts_phoenix_and_keeps_its_database_in_the_run_directory(
     assert not private.exists()
     assert sorted(p.name for p in run.iterdir()) == ["logs", "phoenix.db"]
     assert not [pid for pid in pgids if is_alive(pid)]
-    assert not _session_members(pgids)
+    assert not group_members(pgids)
     assert grpc not in phoenix.ports.claimed
 
 

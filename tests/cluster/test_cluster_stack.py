@@ -36,6 +36,7 @@ from tests.cluster.shim_site import (
     scratch_site,
 )
 from tests.polling import is_alive
+from tests.procs import environ, tree
 
 SCRIPT = Script.model_validate(
     {"id": "two-turns", "turns": [{"user": "Hello, who are you?"}, {"user": "Write a document."}]}
@@ -48,36 +49,13 @@ def _build(site: ShimSite, root: Path) -> Stack:
     )
 
 
-def _parents() -> dict[int, int]:
-    """pid → parent pid of every live process."""
-    found: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            raw = (entry / "stat").read_text() if entry.name.isdigit() else ""
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split() if raw else []
-        if fields and fields[0] not in ("Z", "X"):
-            found[int(entry.name)] = int(fields[1])
-    return found
-
-
 def _processes(stack: Stack) -> dict[str, list[int]]:
     """Service name → its process and all its descendants (Postgres' children make their
     own sessions, so a session is not enough)."""
-    parents = _parents()
-    found: dict[str, list[int]] = {}
-    for name, process in stack.orchestrator.processes.items():
-        tree = [process.pid or 0]
-        for pid in tree:
-            tree += [child for child, parent in parents.items() if parent == pid]
-        found[name] = [pid for pid in tree if pid in parents]
-    return found
-
-
-def _environ(pid: int) -> dict[str, str]:
-    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(entry.decode().split("=", 1) for entry in entries if entry)
+    return {
+        name: sorted(tree([process.pid or 0]))
+        for name, process in stack.orchestrator.processes.items()
+    }
 
 
 def _converse(stack: Stack, transcript: Path) -> ConversationResult:
@@ -156,7 +134,7 @@ def test_the_backend_sees_exactly_its_image_env_and_its_env_file(running: Stack)
     backend = running.backend
     assert isinstance(backend, ContainerHttpService) and backend.port is not None
     pid = running.orchestrator.processes["backend"].pid or 0
-    seen = _environ(pid)
+    seen = environ(pid)
     assert seen == {**BACKEND_IMAGE_ENV, **backend.container_env(backend.port)}
     assert "OPENAI_ENDPOINT_URL" not in seen
     assert HOST_SECRET not in seen.values()  # neither OPENAI_API_KEY nor APPTAINERENV_ passed
@@ -183,7 +161,7 @@ def test_the_model_server_has_its_key_in_its_environment_and_postgres_is_not_roo
     running: Stack,
 ) -> None:
     processes = running.orchestrator.processes
-    assert _environ(processes["llm"].pid or 0)["VLLM_API_KEY"] == running.api_key
+    assert environ(processes["llm"].pid or 0)["VLLM_API_KEY"] == running.api_key
     unauthorized = httpx.get(f"{running.llm_url}/v1/models", trust_env=False)
     assert unauthorized.status_code == 401
     if os.geteuid() == 0:

@@ -4,11 +4,13 @@ output, on the local profile. (The cluster profile's argv: tests/cluster.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from tests.harness import CampaignProject
+from tests.procs import environ, tree
 from tests.signals.conftest import run_dir, stack_campaign
 
 # A hand-written test before the items (the arm's stack starts for it and its conversations
@@ -30,31 +32,12 @@ def test_aa_hold(haico_stack):
 """
 
 
-def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    pairs = (entry.partition(b"=") for entry in raw.split(b"\0") if entry)
-    return {key.decode(): value.decode(errors="replace") for key, _, value in pairs}
-
-
-def _processes_under(pids: set[int]) -> dict[int, bytes]:
-    """pid -> argv (NUL-separated) of every process in `pids` or under one of them."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue  # ended meanwhile
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found = set(pids)
-    while grown := {pid for pid, parent in parents.items() if parent in found} - found:
-        found |= grown
+def _argv(pids: set[int]) -> dict[int, bytes]:
+    """pid -> argv (NUL-separated) of every live process in `pids` or under one of them."""
     argv = {}
-    for pid in found:
-        try:
+    for pid in tree(pids):
+        with contextlib.suppress(OSError):  # ended meanwhile
             argv[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
     return argv
 
 
@@ -73,7 +56,7 @@ def test_no_secret_in_argv_results_or_output_of_a_local_campaign(
         for s in json.loads((run_dir(campaign) / "services.json").read_text())["services"]
     }
     assert set(services) == {"llm", "postgres", "backend"}
-    backend = _environ(services["backend"])
+    backend = environ(services["backend"])
     database_url = urlsplit(backend["HAICO_DATABASE_URL"])
     secrets = {
         "the model key": backend["VLLM_API_KEY"],
@@ -81,10 +64,10 @@ def test_no_secret_in_argv_results_or_output_of_a_local_campaign(
         "the backend's database password": database_url.password or "",
         "the read-only role's password": ready.read_text(),
     }
-    assert _environ(services["llm"])["VLLM_API_KEY"] == secrets["the model key"]
+    assert environ(services["llm"])["VLLM_API_KEY"] == secrets["the model key"]
     assert all(len(secret) >= 16 for secret in secrets.values()), secrets.keys()
 
-    argv = _processes_under(set(services.values()) | {run.pid})
+    argv = _argv(set(services.values()) | {run.pid})
     assert len(argv) > len(services)  # Postgres' own processes too
     for pid, line in argv.items():
         for what, secret in secrets.items():
