@@ -130,7 +130,7 @@ class Orchestrator:
         self._healthy: set[str] = set()
         self._timings: dict[str, ServiceTiming] = {}
         self._cleaned: set[str] = set()
-        self._lock = threading.RLock()  # a signal handler may stop() mid-start()
+        self._lock = threading.RLock()  # stop() may come from a prepare, mid-start()
         self._started = False
         self._stopped = False
         self._interrupted: str | None = None  # why start() must end at its next step
@@ -202,8 +202,8 @@ class Orchestrator:
     def _abort_if_stopped(self) -> None:
         if self._interrupted is not None:
             raise StackError(f"{self._interrupted}: the stack was stopped while starting")
-        # A prepare may stop the stack while start() runs: whatever was launched since, or
-        # was still preparing then, must not outlive that.
+        # stop() may come while start() runs (from a prepare, another thread): whatever was
+        # launched since, or was still preparing then, must not outlive that.
         if not self._stopped:
             return
         starting = [s.name for s in self.services if s.name in self._preparations]
