@@ -246,8 +246,9 @@ def check_vllm_environment(
     seen: list[str] = []
     if needs_vllm:
         venv_fix = (
-            "set VLLM_VENV in cluster.env (or the environment) to the venv `haico env` built "
-            "(sbatch/env.sbatch), or use --haico-model-endpoint URL for a running server"
+            "set VLLM_VENV in cluster.env (or the environment) to a virtualenv with vLLM "
+            "installed (`python3 -m venv DIR && DIR/bin/pip install vllm`), or use "
+            "--haico-model-endpoint URL for a running server"
         )
         if vllm_venv is None:
             return failed(VLLM_ENVIRONMENT, "VLLM_VENV is not set: no vLLM to start", venv_fix)

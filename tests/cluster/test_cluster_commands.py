@@ -315,8 +315,8 @@ def test_a_missing_sif_names_where_it_should_be_and_how_to_pull_it(
     with pytest.raises(StackError) as raised:
         _build(shim_site, tmp_path)
     assert str(raised.value) == (
-        f"backend: the image {BACKEND_IMAGE} has no SIF at {sif}; pull it once: "
-        f"`apptainer pull {sif} {BACKEND_IMAGE}` (or `haico env`); SIFs live in SIF_DIR "
+        f"backend: the image {BACKEND_IMAGE} has no SIF at {sif}; pull it once, "
+        f"before the job: `apptainer pull {sif} {BACKEND_IMAGE}`; SIFs live in SIF_DIR "
         "(cluster.env; default $CLUSTER_WORK/sif)"
     )
 
