@@ -1,5 +1,6 @@
-"""Which items this run owes: exact arm and stratum selection, the shard, the per-stratum
-limit, share claims, and resume from the ledgers; and the status line that says so."""
+"""Which items this run owes: exact arm and stratum selection, the items file, the shard,
+the per-stratum limit, share claims, and resume from the ledgers; and the status line that
+says so."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class Selection:
     resumed: int = 0  # to run again after an interruption, which is no attempt
     skipped_by_marks: int = 0
     out_of_shard: int = 0
+    not_listed: int = 0  # not in the --haico-items file
     over_limit: int = 0
     not_selected: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -38,7 +40,13 @@ class Selection:
 
     def status_lines(self, settings: Settings) -> list[str]:
         """The lines pytest prints after collection: ledger warnings, the status, notes."""
-        counted = self.to_run or self.done or self.not_selected or self.skipped_by_marks
+        counted = (
+            self.to_run
+            or self.done
+            or self.not_selected
+            or self.not_listed
+            or self.skipped_by_marks
+        )
         if not counted and not settings.gates_only:
             return self.notes
         lines = [f"haico: ledger warning: {w}" for w in self.warnings[:_MAX_WARNINGS_SHOWN]]
@@ -61,6 +69,8 @@ class Selection:
         else:
             status = f"haico: resume off (--haico-no-resume), {self.to_run} to run"
         extras = []
+        if settings.items is not None:
+            extras.append(f"{self.not_listed} not in --haico-items {settings.items.path}")
         if settings.shard.count > 1:
             extras.append(f"shard {settings.shard}: {self.out_of_shard} in other shards")
         if self.over_limit:
@@ -128,19 +138,30 @@ class Selector:
     def _in_scope(
         self, items: list[pytest.Item], specs: dict[str, ItemSpec]
     ) -> tuple[list[pytest.Item], list[pytest.Item]]:
-        """Arm and stratum selection, the shard, then the per-stratum limit."""
+        """Arm and stratum selection, the items file, the shard (by position in the items
+        file when there is one, else by item_id), then the per-stratum limit."""
         settings = self.settings
         selection = self.selection
+        listed = settings.items
         candidates: list[pytest.Item] = []
         deselected: list[pytest.Item] = []
         for item in items:
             spec = specs.get(item.nodeid)
             if spec is None:
                 candidates.append(item)
-            elif not is_selected(spec, settings):
+                continue
+            position = listed.position(spec.test_id) if listed is not None else None
+            if not is_selected(spec, settings):
                 selection.not_selected += 1
                 deselected.append(item)
-            elif not in_shard(spec.item_id, settings.shard):
+            elif listed is not None and position is None:
+                selection.not_listed += 1
+                deselected.append(item)
+            elif not (
+                listed.in_shard(position, settings.shard)
+                if listed is not None and position is not None
+                else in_shard(spec.item_id, settings.shard)
+            ):
                 selection.out_of_shard += 1
                 deselected.append(item)
             else:

@@ -33,6 +33,8 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         site_image = settings.site.get("BACKEND_IMAGE") if settings.site else None
         tree = source_tree(settings.backend_cmd_dir) if settings.backend_cmd else None
         specs = build_item_specs(experiments, settings, site_image=site_image, backend_tree=tree)
+        if settings.items is not None:
+            settings.items.check_known((spec.test_id for spec in specs), settings.experiments)
     except ConfigError as exc:
         raise pytest.UsageError(f"haico: {exc}") from None
     for tag in sorted(experiments.tags):
@@ -43,6 +45,7 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         job=job,
         max_attempts=settings.max_attempts,
         shard=settings.shard,
+        item_list=settings.items,
         file_mode=settings.results_mode,
     )
     campaign = CampaignPlugin(

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
+from pytest_haico.config.item_list import ItemList, parse_item_list
 from pytest_haico.errors import ConfigError
 
 _T = TypeVar("_T")
@@ -88,6 +89,12 @@ OPTIONS = (
     Option("stratum", "run only this stratum (exact name; repeatable)", "NAME", repeatable=True),
     Option("limit_per_stratum", "at most N items per arm x stratum (the smoke stage)", "N"),
     Option("shard", "this run's share I/N of the items (required inside a job array)", "I/N"),
+    Option(
+        "items",
+        "run only the items listed in FILE (test ids such as qwen32b-plan-trip-r0, one per "
+        "line; with --haico-shard I/N the file's items I, I+N, I+2N, ... in file order)",
+        "FILE",
+    ),
     Option("concurrency", "conversations in flight per arm (default: the arm's)", "N"),
     Option("no_resume", "rerun items that already have a terminal record", flag=True),
     Option("max_attempts", "infra-failed attempts before gave_up (default: 3)", "N"),
@@ -153,6 +160,8 @@ class Settings:
     limit_per_stratum: int | None
     shard: Shard
     shard_given: bool
+    items_file: Path | None
+    items: ItemList | None  # the ids items_file lists
     concurrency: int | None
     resume: bool
     max_attempts: int
@@ -259,6 +268,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     cluster_work = env.get("CLUSTER_WORK") or (site.get("CLUSTER_WORK") if site else None)
     default_results = Path(cluster_work) / "results" if cluster_work else rootdir / "results"
     shard = r.get("shard", parse_shard, Shard(0, 1))
+    items_file = r.get("items", path_from, None)
     settings = Settings(
         profile=r.get("profile", _enum_parser(Profile), Profile.LOCAL),
         results=r.get("results", path_from, default_results),
@@ -272,6 +282,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         limit_per_stratum=r.get("limit_per_stratum", _int_parser(minimum=1), None),
         shard=shard,
         shard_given=r.given("shard"),
+        items_file=items_file,
+        items=_load_items(items_file),
         concurrency=r.get("concurrency", _int_parser(minimum=1), None),
         resume=not r.get("no_resume", _parse_bool, False),
         max_attempts=r.get("max_attempts", _int_parser(minimum=1), 3),
@@ -300,6 +312,15 @@ def _load_site(path: Path | None) -> ClusterEnv | None:
         return None
     try:
         return load_cluster_env(path)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"haico: {exc}") from None
+
+
+def _load_items(path: Path | None) -> ItemList | None:
+    if path is None:
+        return None
+    try:
+        return parse_item_list(path)
     except ConfigError as exc:
         raise pytest.UsageError(f"haico: {exc}") from None
 

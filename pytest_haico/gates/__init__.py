@@ -3,7 +3,8 @@
     result       GateResult, running gates in order (timed, stop at the first failure),
                  gates.json, the failure line, the --haico-gates-only table
     static       gates 2-7, 10, 11 over an environment mapping, the arm, measured numbers
-    filesystem   gates 8-9: inputs present and readable, results directory writable
+    filesystem   gates 8-9: inputs present and readable (and frozen, for a job of haico
+                 submit), results directory writable
     hostlist     Slurm host lists (scontrol show hostnames, or our own expansion)
     vllm_venv    what a vLLM venv holds, read from its files (never imported)
     dynamic      the model server's gates, over HTTP once the stack is up

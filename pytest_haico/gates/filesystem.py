@@ -1,5 +1,5 @@
-"""Static gates over files: the inputs are present and readable (gate 8), the results
-directory takes writes, fsyncs and has room (gate 9)."""
+"""Static gates over files: the inputs are present and readable, and are the frozen ones of
+their submission (gate 8); the results directory takes writes, fsyncs and has room (gate 9)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.config.frozen import INPUTS_DIGEST_ENV, inputs_digest, is_digest
+from pytest_haico.errors import ConfigError
 from pytest_haico.gates.result import GateResult, failed, passed
 from pytest_haico.ledger.files import create_file, describe_filesystem, make_dirs, write_fully
 
@@ -22,6 +24,10 @@ RESULTS_FIX = (
     "use a writable file system with enough free space: --haico-results DIR (ini "
     "haico_results, env PYTEST_HAICO_RESULTS), or CLUSTER_WORK (results go to "
     "$CLUSTER_WORK/results)"
+)
+FROZEN_FIX = (
+    "the frozen inputs of this submission were edited after `haico submit`: restore them, "
+    "or submit again (a new submission) to run the edit"
 )
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # The weights' index (or single file), best first; vLLM loads each format.
@@ -88,6 +94,44 @@ def check_inputs_present(
             )
     seen.append(f"{len(scripts)} script file{'s' if len(scripts) != 1 else ''} readable")
     return passed(INPUTS_PRESENT, "; ".join(seen))
+
+
+def check_frozen_inputs(
+    experiments: Path, cluster_env: Path | None, *, expected: str
+) -> GateResult:
+    """Gate 8, for a job of `haico submit`: the experiments directory and cluster.env
+    digest to `expected`, the digest the submission took of them (``$HAICO_INPUTS_DIGEST``)."""
+    if not is_digest(expected):
+        shown = expected if len(expected) <= 80 else expected[:77] + "..."
+        return failed(
+            INPUTS_PRESENT,
+            f"{INPUTS_DIGEST_ENV}={shown!r} is not a digest of frozen inputs "
+            "(sha256: and 64 lower-case hex digits)",
+            f"`haico submit` sets {INPUTS_DIGEST_ENV} for the jobs it submits: submit again, "
+            "or unset it to run these inputs without the check",
+        )
+    inputs = f"{experiments}" + (f" and {cluster_env}" if cluster_env is not None else "")
+    try:
+        actual = inputs_digest(experiments, cluster_env)
+    except ConfigError as exc:
+        return failed(
+            INPUTS_PRESENT,
+            f"cannot digest the frozen inputs {inputs}: {exc}",
+            f"{FROZEN_FIX} (or repair what the message names)",
+        )
+    if actual != expected:
+        return failed(
+            INPUTS_PRESENT,
+            f"the inputs {inputs} digest to {_short(actual)}, not to {_short(expected)} "
+            f"(${INPUTS_DIGEST_ENV}, taken at submission)",
+            FROZEN_FIX,
+        )
+    return passed(INPUTS_PRESENT, f"the frozen inputs of the submission ({_short(actual)})")
+
+
+def _short(digest: str) -> str:
+    """``sha256:<12 hex>``: enough to tell two digests apart in a message."""
+    return digest[: len("sha256:") + 12]
 
 
 def _check_weights(arm: Arm, hf_cache: Path) -> GateResult | str:

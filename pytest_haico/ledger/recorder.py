@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico import __version__
+from pytest_haico.config.item_list import ItemList
 from pytest_haico.config.items import ItemSpec
 from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
@@ -78,6 +79,7 @@ class Recorder:
         job: SlurmJob,
         max_attempts: int,
         shard: Shard = _WHOLE,
+        item_list: ItemList | None = None,
         file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.campaign_dir = campaign_dir
@@ -85,6 +87,7 @@ class Recorder:
         self.job = job
         self.max_attempts = max_attempts
         self.shard = shard
+        self.item_list = item_list
         self.file_mode = file_mode
         self._job_part = job_part(job)
         self._lock = threading.Lock()
@@ -124,6 +127,16 @@ class Recorder:
                     remove_run_dir(claim.path)
                 raise
             return claim
+
+    @property
+    def share(self) -> str:
+        """This run's share of each arm × stratum, as messages name it: ``shard 0/2``, or
+        with --haico-items ``shard 0/2 of list <key> (--haico-items FILE)``."""
+        if self.item_list is None:
+            return f"shard {self.shard}"
+        return (
+            f"shard {self.shard} of list {self.item_list.key} (--haico-items {self.item_list.path})"
+        )
 
     def use_redactor(self, arm: str, redactor: Redactor) -> None:
         """Filter the arm's records through `redactor` (the one that knows its stack's secrets)."""
@@ -232,8 +245,11 @@ class Recorder:
         return claim
 
     def _claim_share(self, arm: str, stratum: str, run_id: str) -> ShareClaim:
-        path = self.paths(arm).share_claim(self.shard, stratum)
-        share = f"arm {arm}, shard {self.shard}, stratum {stratum}"
+        # A list's shards are by position, unrelated to the id-hash shards of the same I/N:
+        # its claims are its own, and a second run of the same list and shard is refused.
+        list_key = self.item_list.key if self.item_list is not None else None
+        path = self.paths(arm).share_claim(self.shard, stratum, list_key=list_key)
+        share = f"arm {arm}, {self.share}, stratum {stratum}"
         me = Holder.current(self.job, run_id)
         try:
             make_dirs(path.parent, self.file_mode)

@@ -52,8 +52,11 @@ class ArmPaths:
     def transcript(self, item_id: str, run_id: str, attempt: int) -> Path:
         return self.transcripts_dir / f"{item_id}.{run_id}.{attempt}.jsonl"
 
-    def share_claim(self, shard: Shard, stratum: str) -> Path:
-        return self.claims_dir / f"shard-{shard.index}of{shard.count}.{stratum}.json"
+    def share_claim(self, shard: Shard, stratum: str, *, list_key: str | None = None) -> Path:
+        """The claim of a shard × stratum; `list_key` names the --haico-items list whose
+        shard (by position in the list) it is."""
+        listed = f".items-{list_key}" if list_key else ""
+        return self.claims_dir / f"shard-{shard.index}of{shard.count}{listed}.{stratum}.json"
 
 
 @dataclass(frozen=True)

@@ -356,7 +356,7 @@ class ArmRuns:
 
         specs = self._gated.get(arm) or [state.spec for state in self._attempts.get(arm, [])]
         strata = sorted({spec.stratum for spec in specs})
-        share = f"run {self.recorder.claim(arm).run_id} of arm {arm}, shard {self.settings.shard}"
+        share = f"run {self.recorder.claim(arm).run_id} of arm {arm}, {self.recorder.share}"
         if strata:
             share += f", {'strata' if len(strata) > 1 else 'stratum'} {', '.join(strata)}"
         return static_gates(

@@ -8,10 +8,12 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError, GateFailedError
 from pytest_haico.gates import filesystem, static
@@ -103,16 +105,29 @@ def static_gates(
         )
 
     def inputs_present() -> GateResult:
+        # A job of `haico submit` runs the inputs it froze, or nothing: checked first, since
+        # an edit can also be what makes an input missing.
+        expected = environ.get(INPUTS_DIGEST_ENV)
+        frozen = None
+        if expected is not None:
+            frozen = filesystem.check_frozen_inputs(
+                settings.experiments, settings.cluster_env, expected=expected
+            )
+            if not frozen.passed:
+                return frozen
         images = cluster_images(settings, arm, environ) if cluster else []
         if isinstance(images, GateResult):
             return images
-        return filesystem.check_inputs_present(
+        present = filesystem.check_inputs_present(
             arm,
             needs_weights=starts_vllm,
             hf_cache=filesystem.resolve_hf_cache(environ, hf_home),
             scripts=sorted(set(scripts)),
             images=images,
         )
+        if frozen is None or not present.passed:
+            return present
+        return replace(present, detail=f"{present.detail}; {frozen.detail}")
 
     endpoint = settings.model_endpoint or LOCAL_MODEL_ENDPOINT
     vllm_environment = partial(
