@@ -60,6 +60,37 @@ def write_fully(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def ends_inside_a_line(path: Path) -> bool:
+    """Whether the file's last byte is not a newline (True when it cannot be read: an
+    extra newline costs an empty line, which readers skip; a missing one costs a record)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def append_line(path: Path, line: bytes, file_mode: int) -> None:
+    """Append one newline-terminated line with a single write, then fsync; a line a killed
+    writer left unfinished is ended first, so it never swallows this one."""
+    flags = os.O_WRONLY | os.O_APPEND
+    try:
+        fd = create_file(path, file_mode, flags)
+    except FileExistsError:
+        fd = os.open(path, flags | os.O_CLOEXEC)
+    try:
+        write_fully(fd, b"\n" + line if ends_inside_a_line(path) else line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_new_file(path: Path, data: bytes, file_mode: int) -> None:
     """Write `path` whole or not at all: a temporary name, fsync, then an atomic rename.
 

@@ -18,6 +18,7 @@ from pytest_haico.ledger.files import (
     DEFAULT_FILE_MODE,
     create_file,
     describe_filesystem,
+    ends_inside_a_line,
     make_dirs,
     write_fully,
 )
@@ -53,7 +54,7 @@ class LedgerWriter:
         with self._lock:
             try:
                 fd = self._open()
-                fresh = self._check_tail and _ends_inside_a_line(self.path)
+                fresh = self._check_tail and ends_inside_a_line(self.path)
                 # Until the whole line is written: a partial write (ENOSPC) leaves a fragment.
                 self._check_tail = True
                 write_fully(fd, b"\n" + line if fresh else line)
@@ -77,22 +78,6 @@ class LedgerWriter:
             except FileExistsError:
                 self._fd = os.open(self.path, flags | os.O_CLOEXEC)
         return self._fd
-
-
-def _ends_inside_a_line(path: Path) -> bool:
-    """Whether the file's last byte is not a newline (True when it cannot be read: an
-    extra newline costs an empty line, which readers skip; a missing one costs a record)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return True
-    try:
-        size = os.fstat(fd).st_size
-        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
 
 
 _FIXES = {
@@ -134,7 +119,13 @@ _RESUME_FIELDS = re.compile(
 _RESUME_NEEDS = "resume needs every ledger of the arm, or it would run finished items again"
 
 
-def iter_ledger(path: Path, *, warn: Warn, resume_fields: bool = False) -> Iterator[RawRecord]:
+def iter_ledger(
+    path: Path,
+    *,
+    warn: Warn,
+    resume_fields: bool = False,
+    consumed: Callable[[bytes], bool] | None = None,
+) -> Iterator[RawRecord]:
     """Stream the valid records of one ledger file, warning about every line it skips.
 
     Never raises on content and never writes: a torn last line (a kill mid-write),
@@ -143,7 +134,8 @@ def iter_ledger(path: Path, *, warn: Warn, resume_fields: bool = False) -> Itera
     a regular file, an I/O error) raises `ResultsError`: skipping it would rerun what it
     records. With `resume_fields`, a whole line as this package writes it yields only
     item_id, attempt, verdict and finished_at, read without a full JSON parse (7x faster
-    on long records).
+    on long records). `consumed` sees each whole line first: when it returns True the
+    caller has read the line itself (a faster parse of its own) and it is not parsed here.
     """
     try:
         # Non-blocking: opening a FIFO for reading would wait for a writer for ever.
@@ -166,13 +158,20 @@ def iter_ledger(path: Path, *, warn: Warn, resume_fields: bool = False) -> Itera
         raise _unreadable(path, problem, f"move it out of {path.parent}")
     with os.fdopen(fd, "rb") as handle:
         try:
-            yield from _iter_lines(handle, path, warn=warn, resume_fields=resume_fields)
+            yield from _iter_lines(
+                handle, path, warn=warn, resume_fields=resume_fields, consumed=consumed
+            )
         except OSError as exc:
             raise _unreadable(path, _os_problem(exc), "repair its file system") from exc
 
 
 def _iter_lines(
-    handle: Iterable[bytes], path: Path, *, warn: Warn, resume_fields: bool
+    handle: Iterable[bytes],
+    path: Path,
+    *,
+    warn: Warn,
+    resume_fields: bool,
+    consumed: Callable[[bytes], bool] | None,
 ) -> Iterator[RawRecord]:
     number = 0
     for raw in handle:
@@ -180,6 +179,8 @@ def _iter_lines(
         if not raw.strip():
             continue
         torn = not raw.endswith(b"\n")
+        if consumed is not None and not torn and consumed(raw):
+            continue
         if resume_fields and not torn and raw.endswith(b"}\n"):
             fields = _RESUME_FIELDS.match(raw)
             if fields is not None:
