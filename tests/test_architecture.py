@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "standins": set(),
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates"},
     "gates": {"config", "ledger"},
+    "cli": {"config", "ledger"},
 }
 
 

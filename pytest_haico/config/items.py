@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pytest_haico.config.experiment import Arm, Experiments, Script, ScriptSource
 from pytest_haico.config.identity import (
@@ -16,7 +16,7 @@ from pytest_haico.config.identity import (
     item_id,
     model_identity,
 )
-from pytest_haico.config.settings import Settings, Shard
+from pytest_haico.config.settings import Profile, Shard
 from pytest_haico.errors import ConfigError
 
 _T = TypeVar("_T")
@@ -60,9 +60,23 @@ class ItemSpec:
         return f"<ItemSpec {self.test_id} {self.item_id[:12]}>"
 
 
+class IdentityInputs(Protocol):
+    """What of a run's settings enters its items' identity (`Settings` has it; so does what
+    the `haico` command knows of a submission)."""
+
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def model_endpoint(self) -> str | None: ...
+    @property
+    def backend_image(self) -> str | None: ...
+    @property
+    def backend_cmd(self) -> str | None: ...
+
+
 def build_item_specs(
     experiments: Experiments,
-    settings: Settings,
+    settings: IdentityInputs,
     *,
     site_image: str | None = None,
     backend_tree: SourceTree | None = None,

@@ -211,6 +211,20 @@ class SlurmCluster:
                 found.append(f"{proc.name}: {cmdline.decode(errors='replace')}")
         return found
 
+    def wait_ended(self, *jobs: str, timeout: float = 240.0) -> dict[str, str]:
+        """Task id ("12_0") -> state, once no task of `jobs` is pending or running."""
+        deadline = time.monotonic() + timeout
+        ids = ",".join(jobs)
+        while True:
+            out = self.run("squeue", "-h", "-r", "-t", "all", "-j", ids, "-o", "%i %T").stdout
+            states = dict(line.split() for line in out.splitlines() if line.strip())
+            busy = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+            if states and not any(state in busy for state in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"jobs {ids} still {states} after {timeout} s")
+            time.sleep(0.5)
+
     def log_tail(self, daemon: str, lines: int = 20) -> str:
         path = self.base / "log" / f"{daemon}.log"
         if not path.exists():

@@ -1,0 +1,285 @@
+"""A submission's frozen inputs: experiments/ and cluster.env copied under the campaign's
+`submissions/<name>/` with their digest, so that the jobs run that copy and an edit made
+after `haico submit` never runs under the submitted name (the jobs gate on the digest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
+from pytest_haico.config.frozen import inputs_digest
+from pytest_haico.errors import HaicoError
+from pytest_haico.ledger.files import make_dirs, write_new_file
+
+SUBMISSIONS_DIR = "submissions"
+MANIFEST_FILE = "submission.json"
+SCRIPT_FILE = "campaign.sbatch"
+# pytest's configuration files, in the order pytest looks for them in a directory.
+_INI_FILES = (
+    ("pytest.ini", None),
+    (".pytest.ini", None),
+    ("pyproject.toml", "[tool.pytest.ini_options]"),
+    ("tox.ini", "[pytest]"),
+    ("setup.cfg", "[tool:pytest]"),
+)
+_SKIPPED = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+
+
+class InputsError(HaicoError):
+    """The inputs to submit cannot be found, read or frozen."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a submission freezes: the experiments, the site file, the batch script, and the
+    project's pytest configuration and top-level conftest.py when it has them."""
+
+    experiments: Path
+    cluster_env: Path | None
+    script: Path
+    ini_file: Path | None
+    conftest: Path | None
+
+    @classmethod
+    def find(
+        cls, experiments: Path, *, cluster_env: Path | None = None, script: Path | None = None
+    ) -> Sources:
+        """The sources of the project whose experiments directory is `experiments`."""
+        experiments = experiments.resolve()
+        if not (experiments / "arms").is_dir():
+            raise InputsError(
+                f"{experiments} is no experiments directory (it has no arms/): run haico in "
+                "the project that holds experiments/, or pass --experiments DIR"
+            )
+        project = experiments.parent
+        if cluster_env is None and (experiments / "cluster.env").is_file():
+            cluster_env = experiments / "cluster.env"
+        if cluster_env is not None and not cluster_env.is_file():
+            raise InputsError(f"the cluster.env {cluster_env} is no file: pass an existing one")
+        script = script or project / "sbatch" / SCRIPT_FILE
+        if not script.is_file():
+            raise InputsError(
+                f"the batch script {script} does not exist: copy sbatch/campaign.sbatch of "
+                "pytest-haico into the project, or pass --sbatch FILE"
+            )
+        ini_file = next(
+            (
+                project / name
+                for name, table in _INI_FILES
+                if (project / name).is_file()
+                and (table is None or table in (project / name).read_text(errors="replace"))
+            ),
+            None,
+        )
+        conftest = project / "conftest.py"
+        return cls(
+            experiments=experiments,
+            cluster_env=cluster_env.resolve() if cluster_env else None,
+            script=script.resolve(),
+            ini_file=ini_file,
+            conftest=conftest if conftest.is_file() else None,
+        )
+
+    def digest(self) -> str:
+        return inputs_digest(self.experiments, self.cluster_env)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One frozen copy of the inputs under `<campaign>/submissions/<name>/`, its manifest
+    and its journal; `name` is the start of the inputs' digest, so the same inputs always
+    make the same submission and an edited one a new one."""
+
+    campaign_dir: Path
+    name: str
+    manifest: dict[str, Any]
+
+    @property
+    def dir(self) -> Path:
+        return self.campaign_dir / SUBMISSIONS_DIR / self.name
+
+    @property
+    def digest(self) -> str:
+        return str(self.manifest["digest"])
+
+    @property
+    def campaign(self) -> str:
+        return self.campaign_dir.name
+
+    @property
+    def results(self) -> Path:
+        return self.campaign_dir.parent
+
+    @property
+    def profile(self) -> str:
+        return str(self.manifest["profile"])
+
+    @property
+    def python(self) -> str:
+        return str(self.manifest["python"])
+
+    @property
+    def experiments(self) -> Path:
+        return self.dir / "experiments"
+
+    @property
+    def cluster_env(self) -> Path | None:
+        name = self.manifest.get("cluster_env")
+        return self.dir / str(name) if name else None
+
+    @property
+    def script(self) -> Path:
+        return self.dir / SCRIPT_FILE
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def journal(self) -> Path:
+        return self.dir / "journal.jsonl"
+
+    @property
+    def checklist(self) -> Path:
+        return self.dir / "checklist.md"
+
+    def site(self) -> ClusterEnv | None:
+        path = self.cluster_env
+        return load_cluster_env(path) if path is not None else None
+
+
+def submission_name(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]
+
+
+def planned_submission(campaign_dir: Path, sources: Sources, profile: str) -> Submission:
+    """The submission these sources make, as it is or would be on disk (nothing written)."""
+    digest = sources.digest()
+    name = submission_name(digest)
+    existing = load_submission(campaign_dir, name)
+    if existing is not None:
+        if existing.digest != digest:
+            raise InputsError(
+                f"{existing.dir / MANIFEST_FILE} records digest {existing.digest}, not "
+                f"{digest}: the submission directory was altered; move it aside"
+            )
+        return existing
+    cluster_name = None
+    if sources.cluster_env is not None:
+        inside = sources.cluster_env.is_relative_to(sources.experiments)
+        cluster_name = (
+            f"experiments/{sources.cluster_env.relative_to(sources.experiments)}"
+            if inside
+            else "cluster.env"
+        )
+    manifest = {
+        "name": name,
+        "digest": digest,
+        "campaign": campaign_dir.name,
+        "profile": profile,
+        "python": sys.executable,
+        "cluster_env": cluster_name,
+        "ini_file": sources.ini_file.name if sources.ini_file else "pytest.ini",
+        "sources": {
+            "experiments": str(sources.experiments),
+            "cluster_env": str(sources.cluster_env) if sources.cluster_env else None,
+            "script": str(sources.script),
+        },
+        "created": None,  # set when it is written
+    }
+    return Submission(campaign_dir=campaign_dir, name=name, manifest=manifest)
+
+
+def freeze(submission: Submission, sources: Sources, *, created: str) -> Submission:
+    """Write the submission's frozen copy (whole, or not at all) unless it exists; its
+    files are made read-only, and their digest is checked against the sources'."""
+    if submission.dir.is_dir():
+        return submission
+    parent = submission.dir.parent
+    try:
+        make_dirs(parent, 0o640)
+        staging = parent / f".{submission.name}.{os.getpid()}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(mode=0o750)
+        try:
+            shutil.copytree(sources.experiments, staging / "experiments", ignore=_SKIPPED)
+            if sources.cluster_env is not None and not sources.cluster_env.is_relative_to(
+                sources.experiments
+            ):
+                shutil.copyfile(sources.cluster_env, staging / "cluster.env")
+            shutil.copyfile(sources.script, staging / SCRIPT_FILE)
+            (staging / SCRIPT_FILE).chmod(0o550)
+            ini = staging / str(submission.manifest["ini_file"])
+            if sources.ini_file is not None:
+                shutil.copyfile(sources.ini_file, ini)
+            else:
+                ini.write_text("[pytest]\n# Written by haico submit: the jobs' rootdir.\n")
+            if sources.conftest is not None:
+                shutil.copyfile(sources.conftest, staging / "conftest.py")
+            (staging / "logs").mkdir(mode=0o750)
+            manifest = {**submission.manifest, "created": created}
+            frozen = Submission(submission.campaign_dir, submission.name, manifest)
+            copied = inputs_digest(
+                staging / "experiments",
+                staging / str(manifest["cluster_env"]) if manifest["cluster_env"] else None,
+            )
+            if copied != submission.digest:
+                raise InputsError(
+                    f"the copy of {sources.experiments} has digest {copied}, the sources "
+                    f"{submission.digest}: they changed while they were copied; submit again"
+                )
+            _read_only(staging / "experiments")
+            write_new_file(
+                staging / MANIFEST_FILE, json.dumps(manifest, indent=2).encode() + b"\n", 0o440
+            )
+            staging.rename(submission.dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise InputsError(
+            f"cannot write the submission {submission.dir}: {exc.strerror or exc}"
+        ) from exc
+    return frozen
+
+
+def _read_only(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~0o222)
+
+
+def load_submission(campaign_dir: Path, name: str) -> Submission | None:
+    path = campaign_dir / SUBMISSIONS_DIR / name / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise InputsError(f"cannot read {path}: {exc}; move the submission aside") from exc
+    if not isinstance(manifest, dict) or "digest" not in manifest:
+        raise InputsError(f"{path} is no submission manifest; move the submission aside")
+    return Submission(campaign_dir=campaign_dir, name=name, manifest=manifest)
+
+
+def newest_submission(campaign_dir: Path) -> Submission:
+    """The campaign's most recently created submission."""
+    root = campaign_dir / SUBMISSIONS_DIR
+    found = [
+        submission
+        for entry in sorted(root.iterdir() if root.is_dir() else [])
+        if not entry.name.startswith(".")
+        and (submission := load_submission(campaign_dir, entry.name)) is not None
+    ]
+    if not found:
+        raise InputsError(
+            f"{campaign_dir} has no submission yet: start with "
+            f"`haico submit {campaign_dir} --stage smoke`"
+        )
+    return max(found, key=lambda s: str(s.manifest.get("created") or ""))

@@ -1,0 +1,211 @@
+"""What a campaign's ledgers measured per arm × stratum: item times (median, p95, max, the
+trend against item order) and how many items are done, read fast enough for 100,000
+records."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_haico.errors import HaicoError
+from pytest_haico.ledger.item_times import MEASURED_VERDICTS
+from pytest_haico.ledger.jsonl import iter_ledger
+from pytest_haico.ledger.verdicts import Verdict
+
+Warn = Callable[[str], None]
+
+
+class CostError(HaicoError):
+    """The costs cannot be read: the campaign directory is missing or has no ledgers."""
+
+
+_STR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+# The fields the cost needs, in the order and compact form `LedgerRecord.to_line` writes
+# them, all before the long `turns`: matching them is 5x faster than a JSON parse of the
+# line. Any other line (torn, hand-edited, another shape) takes the ledger reader's path.
+_COST_FIELDS = re.compile(
+    rb'\{"schema":1,"run_id":S,"campaign":S,"arm":S,"stratum":"([^"\\]*)",'
+    rb'"item_id":"([^"\\]*)","nodeid":S,"script":S,"script_sha256":S,"repeat":-?\d+,'
+    rb'"attempt":\d+,"outcome":"[a-z]*","verdict":"([a-z_]*)","started_at":"([^"\\]*)",'
+    rb'"finished_at":"([^"\\]*)","duration_s":(-?\d[\d.eE+-]*|null),'.replace(b"S", _STR)
+)
+
+
+@dataclass(frozen=True)
+class StratumCost:
+    """Measured item times of one arm × stratum; figures are None when nothing was measured.
+
+    `n` counts measured attempts (a verdict in `MEASURED_VERDICTS`, a finite duration);
+    `done` the distinct items whose newest record is terminal (as resume decides).
+    Early and late means are over the first and last third of the items by start time
+    (None below 3 items).
+    """
+
+    arm: str
+    stratum: str
+    n: int
+    median_s: float | None
+    p95_s: float | None
+    max_s: float | None
+    mean_s: float | None
+    early_mean_s: float | None
+    late_mean_s: float | None
+    done: int
+
+    @property
+    def trend(self) -> float | None:
+        """late/early: the factor by which the early mean underestimates the late one."""
+        if self.early_mean_s is None or self.late_mean_s is None or self.early_mean_s <= 0:
+            return None
+        return self.late_mean_s / self.early_mean_s
+
+    @property
+    def per_item_s(self) -> float:
+        """The cost to project with: the larger of the mean and the late-third mean."""
+        return max(self.mean_s or 0.0, self.late_mean_s or 0.0)
+
+    @classmethod
+    def from_times(
+        cls, arm: str, stratum: str, times: list[tuple[bytes, float]], done: int
+    ) -> StratumCost:
+        """From (started_at, duration_s) pairs of the measured attempts."""
+        n = len(times)
+        if not n:
+            return cls(arm, stratum, 0, None, None, None, None, None, None, done)
+        # ISO 8601 UTC timestamps as the recorder writes them sort as text.
+        in_order = [duration for _, duration in sorted(times)]
+        ranked = sorted(in_order)
+        third = n // 3
+        return cls(
+            arm,
+            stratum,
+            n,
+            median_s=statistics.median(ranked),
+            p95_s=ranked[math.ceil(0.95 * n) - 1],  # nearest rank, as ItemTimes
+            max_s=ranked[-1],
+            mean_s=statistics.fmean(in_order),
+            early_mean_s=statistics.fmean(in_order[:third]) if third else None,
+            late_mean_s=statistics.fmean(in_order[-third:]) if third else None,
+            done=done,
+        )
+
+
+_MEASURED = frozenset(verdict.value.encode() for verdict in MEASURED_VERDICTS)
+_TERMINAL = frozenset(verdict.value.encode() for verdict in Verdict if verdict.is_terminal)
+_KNOWN_TEXT = frozenset(verdict.value for verdict in Verdict)
+_KNOWN = frozenset(verdict.encode() for verdict in _KNOWN_TEXT)
+
+
+class _ArmTally:
+    """One arm's measured times per stratum and each item's newest record, kept as the
+    ledger's bytes (decoding 100,000 lines' fields would double the time)."""
+
+    def __init__(self) -> None:
+        self.times: dict[bytes, list[tuple[bytes, float]]] = {}
+        # item_id -> (finished_at, terminal, stratum) of its newest record
+        self.newest: dict[bytes, tuple[bytes, bool, bytes]] = {}
+
+    def read(self, path: Path, *, warn: Warn) -> None:
+        """Count the records of one ledger file, in line order: lines of the package's own
+        shape are matched here, every other one is parsed by the ledger reader, with its
+        warnings and line numbers."""
+        for record in iter_ledger(path, warn=warn, consumed=self._consume):
+            self.add_data(record.data, f"{path}:{record.line}", warn)
+
+    def _consume(self, raw: bytes) -> bool:
+        """Count a whole line `_COST_FIELDS` matches; False leaves it to the reader."""
+        fields = _COST_FIELDS.match(raw) if raw.endswith(b"}\n") else None
+        if fields is None or fields[3] not in _KNOWN:
+            return False
+        stratum, item_id, verdict, started, finished, duration = fields.groups()
+        try:
+            seconds = None if duration == b"null" else float(duration)
+        except ValueError:
+            return False
+        self._count(stratum, item_id, verdict, started, finished, seconds)
+        return True
+
+    def add_data(self, data: dict[str, Any], where: str, warn: Warn) -> None:
+        """Count a record the reader parsed: the same fields, checked one by one."""
+        text = [data.get(key) for key in ("stratum", "item_id", "verdict")]
+        text += [data.get("started_at"), data.get("finished_at")]
+        duration: object = data.get("duration_s")
+        if not all(isinstance(value, str) for value in text) or text[2] not in _KNOWN_TEXT:
+            warn(f"{where}: skipped a record without a valid stratum, item_id, verdict or times")
+            return
+        stratum, item_id, verdict, started, finished = (
+            str(value).encode(errors="surrogatepass") for value in text
+        )
+        seconds = None
+        if isinstance(duration, int | float) and not isinstance(duration, bool):
+            seconds = float(duration)
+        self._count(stratum, item_id, verdict, started, finished, seconds)
+
+    def _count(
+        self,
+        stratum: bytes,
+        item_id: bytes,
+        verdict: bytes,
+        started: bytes,
+        finished: bytes,
+        seconds: float | None,
+    ) -> None:
+        if verdict in _MEASURED and seconds is not None and 0 <= seconds < math.inf:
+            self.times.setdefault(stratum, []).append((started, seconds))
+        known = self.newest.get(item_id)
+        # As ResumeIndex: later lines win ties (files in run order, lines in write order).
+        if known is None or finished >= known[0]:
+            self.newest[item_id] = (finished, verdict in _TERMINAL, stratum)
+
+    def costs(self, arm: str) -> Iterator[StratumCost]:
+        done: dict[bytes, int] = {}
+        for _, terminal, stratum in self.newest.values():
+            done[stratum] = done.get(stratum, 0) + terminal
+        for stratum in sorted(self.times.keys() | done.keys()):
+            name = stratum.decode(errors="replace")
+            times = self.times.get(stratum, [])
+            yield StratumCost.from_times(arm, name, times, done.get(stratum, 0))
+
+
+def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], StratumCost]:
+    """Every arm × stratum measured in `<campaign>/<arm>/ledger/*.jsonl`, keyed (arm, stratum).
+
+    Lines the ledger reader skips are reported through `warn` with file and line. A
+    missing campaign directory, or one without ledgers yet, is a `CostError`.
+    """
+    if not campaign_dir.is_dir():
+        what = "does not exist" if not campaign_dir.exists() else "is not a directory"
+        raise CostError(
+            f"the campaign directory {campaign_dir} {what}: give <results>/<campaign>, the "
+            "directory holding one <arm>/ledger/ per arm"
+        )
+    try:
+        arms = sorted(
+            path
+            for path in campaign_dir.iterdir()
+            if path.name != "submissions" and (path / "ledger").is_dir()
+        )
+        files = [(arm.name, path) for arm in arms for path in sorted(arm.glob("ledger/*.jsonl"))]
+    except OSError as exc:
+        raise CostError(
+            f"cannot list the campaign directory {campaign_dir}: [Errno {exc.errno}] "
+            f"{exc.strerror}: make it readable for this user"
+        ) from exc
+    if not files:
+        raise CostError(
+            f"no ledgers yet under {campaign_dir} (<arm>/ledger/*.jsonl): run the smoke stage "
+            "first (haico submit <campaign> --stage smoke), then ask again"
+        )
+    tallies: dict[str, _ArmTally] = {}
+    for arm, path in files:
+        tallies.setdefault(arm, _ArmTally()).read(path, warn=warn)
+    return {
+        (cost.arm, cost.stratum): cost
+        for arm, tally in tallies.items()
+        for cost in tally.costs(arm)
+    }

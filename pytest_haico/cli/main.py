@@ -1,0 +1,227 @@
+"""`haico`: the campaign's operations on a login node (also `python -m pytest_haico`).
+
+    haico cost <results>/<campaign> [--concurrency N] [--margin 1.5]
+    haico submit <campaign> --stage smoke|full [--arm A] [--time T] [--tasks N] [--dry-run]
+    haico continue <campaign> [--tasks M] [--dry-run]
+
+Every error is one line on stderr and exit 2; nothing here prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_haico.errors import HaicoError
+
+if TYPE_CHECKING:
+    from pytest_haico.cli.jobs import Request
+
+USAGE_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except HaicoError as exc:
+        print(f"haico: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print("haico: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="haico",
+        description="Campaign operations for pytest-haico: cost, staged submission, continuation.",
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    cost = commands.add_parser(
+        "cost", help="measured item costs and the array size and --time to ask for"
+    )
+    cost.add_argument("campaign", help="the campaign directory, <results>/<campaign>")
+    cost.add_argument("--concurrency", type=_positive_int, help="instead of each arm's")
+    cost.add_argument(
+        "--margin", type=float, default=1.5, help="factor on the measured work (default 1.5)"
+    )
+    _add_project_options(cost)
+    cost.set_defaults(run=_run_cost)
+
+    submit = commands.add_parser("submit", help="freeze the inputs and submit one stage")
+    submit.add_argument("campaign", help="campaign name (under the results root) or directory")
+    submit.add_argument("--stage", required=True, choices=("smoke", "full", "continue"))
+    submit.add_argument("--arm", action="append", default=[], help="only this arm (repeatable)")
+    submit.add_argument(
+        "--stratum", action="append", default=[], help="only this stratum (repeatable)"
+    )
+    submit.add_argument("--limit", type=_positive_int, default=2, help="smoke: items per task")
+    submit.add_argument(
+        "--profile", choices=("local", "cluster"), help="default: cluster with a cluster.env"
+    )
+    submit.add_argument("--sbatch", type=Path, help="default: <project>/sbatch/campaign.sbatch")
+    _add_job_options(submit)
+    _add_project_options(submit)
+    submit.set_defaults(run=_run_submit)
+
+    cont = commands.add_parser(
+        "continue", help="resubmit what the newest submission's jobs left unfinished"
+    )
+    cont.add_argument("campaign", help="campaign name (under the results root) or directory")
+    cont.add_argument("--submission", help="this submission instead of the newest")
+    _add_job_options(cont)
+    _add_project_options(cont)
+    cont.set_defaults(run=_run_continue)
+    return parser
+
+
+def _add_job_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--time", help="walltime per task (Slurm's format), instead of measured")
+    parser.add_argument("--tasks", type=_positive_int, help="array tasks, instead of measured")
+    parser.add_argument(
+        "--margin", type=float, default=1.5, help="factor on the measured work (default 1.5)"
+    )
+    parser.add_argument(
+        "--force",
+        action="append",
+        default=[],
+        metavar="JOB",
+        help="resubmit this job although its earlier submission left no trace",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the sbatch command lines, write nothing"
+    )
+
+
+def _add_project_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--experiments", type=Path, help="where arms/ and scripts/ are (default: ./experiments)"
+    )
+    parser.add_argument("--cluster-env", type=Path, help="default: <experiments>/cluster.env")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="results root (default: $CLUSTER_WORK/results, else <project>/results)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def _campaign_dir(args: argparse.Namespace) -> Path:
+    """A path names the campaign directory; a bare name is under the results root."""
+    given = str(args.campaign)
+    if os.sep in given or given in (".", ".."):
+        return Path(given).resolve()
+    if args.results is not None:
+        return (Path(args.results) / given).resolve()
+    work = os.environ.get("CLUSTER_WORK") or _site_value(args, "CLUSTER_WORK")
+    if work:
+        return (Path(work) / "results" / given).resolve()
+    return (_experiments(args).parent / "results" / given).resolve()
+
+
+def _experiments(args: argparse.Namespace) -> Path:
+    return (args.experiments or Path("experiments")).resolve()
+
+
+def _site_value(args: argparse.Namespace, key: str) -> str | None:
+    from pytest_haico.config.cluster_env import load_cluster_env
+
+    path = args.cluster_env or _experiments(args) / "cluster.env"
+    return load_cluster_env(path).get(key) if path.is_file() else None
+
+
+def _run_cost(args: argparse.Namespace) -> int:
+    from pytest_haico.cli import cost, slurm
+    from pytest_haico.cli.timelimits import Partition, read_partitions
+
+    campaign_dir = _campaign_dir(args)
+    try:
+        partitions: list[Partition] | None = read_partitions()
+    except slurm.SlurmError:
+        partitions = None
+    experiments = _experiments(args) if args.experiments or Path("experiments").is_dir() else None
+    for line in cost.cost_lines(
+        campaign_dir,
+        experiments,
+        concurrency=args.concurrency,
+        margin=args.margin,
+        partitions=partitions,
+        warn=lambda message: print(f"haico: ledger warning: {message}", file=sys.stderr),
+    ):
+        print(line)
+    return 0
+
+
+def _run_submit(args: argparse.Namespace) -> int:
+    if args.stage == "continue":
+        return _run_continue(args)
+    from pytest_haico.cli import submit
+    from pytest_haico.cli.inputs import Sources
+
+    sources = Sources.find(_experiments(args), cluster_env=args.cluster_env, script=args.sbatch)
+    profile = args.profile or ("cluster" if sources.cluster_env is not None else "local")
+    return submit.submit(
+        _campaign_dir(args),
+        sources,
+        args.stage,
+        _request(args),
+        profile=profile,
+        say=print,
+    )
+
+
+def _run_continue(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.continuation import continue_
+    from pytest_haico.cli.inputs import InputsError, load_submission, newest_submission
+
+    campaign_dir = _campaign_dir(args)
+    if not campaign_dir.is_dir():
+        raise InputsError(
+            f"{campaign_dir} is no campaign directory: give <results>/<campaign>, or the "
+            "campaign's name with --results"
+        )
+    name = getattr(args, "submission", None)
+    if name:
+        found = load_submission(campaign_dir, name)
+        if found is None:
+            raise InputsError(f"{campaign_dir} has no submission {name}")
+        submission = found
+    else:
+        submission = newest_submission(campaign_dir)
+    print(f"haico: submission {submission.name} ({submission.digest})")
+    return continue_(submission, _request(args), say=print)
+
+
+def _request(args: argparse.Namespace) -> Request:
+    from pytest_haico.cli.jobs import Request
+
+    return Request(
+        arms=tuple(getattr(args, "arm", ())),
+        strata=tuple(getattr(args, "stratum", ())),
+        time=args.time,
+        tasks=args.tasks,
+        limit=getattr(args, "limit", 2),
+        margin=args.margin,
+        force=tuple(args.force),
+        dry_run=args.dry_run,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

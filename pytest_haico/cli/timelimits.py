@@ -1,0 +1,121 @@
+"""Slurm time limits (as `sbatch --time` takes them) and partitions with their caps (as
+`sinfo` prints them)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from pytest_haico.cli import slurm
+from pytest_haico.config.experiment import Arm
+from pytest_haico.errors import ConfigError
+
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
+_NO_LIMIT = frozenset({"infinite", "unlimited"})
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def parse_time_limit(text: str, *, where: str = "a Slurm time limit") -> float | None:
+    """Seconds of a limit as `sbatch --time` takes it: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+    D-HH:MM:SS; None for "infinite", "UNLIMITED" or 0 (Slurm reads 0 as no limit).
+
+    Anything else is a `ConfigError` naming the value (`where` names its source).
+    """
+    value = text.strip()
+    if value.lower() in _NO_LIMIT:
+        return None
+    match = _TIME.fullmatch(value)
+    if match is None:
+        raise ConfigError(
+            where,
+            "",
+            f"{text!r} is not a Slurm time limit: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+            "D-HH:MM:SS or 'infinite'",
+        )
+    days, first, second, third = (int(part) if part else 0 for part in match.groups())
+    if match[1] is not None:  # D-HH[:MM[:SS]]
+        seconds = days * DAY + first * HOUR + second * MINUTE + third
+    elif match[4] is not None:  # HH:MM:SS
+        seconds = first * HOUR + second * MINUTE + third
+    else:  # MM[:SS]
+        seconds = first * MINUTE + second
+    return seconds or None
+
+
+def format_time_limit(seconds: float) -> str:
+    """`D-HH:MM:SS` (a day or more) or `HH:MM:SS`, rounded up to whole minutes as Slurm
+    counts them, and never below one minute (Slurm reads 0 as no limit); `ValueError` for
+    a negative or infinite number."""
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"a time limit needs a finite number of seconds >= 0, got {seconds}")
+    # The epsilon keeps float noise (7200.0000001) from adding a minute.
+    minutes = max(1, math.ceil(seconds / MINUTE - 1e-9))
+    days, minutes = divmod(minutes, 1440)
+    hours, minutes = divmod(minutes, 60)
+    clock = f"{hours:02d}:{minutes:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A Slurm partition and its time cap (None: no cap, or one sinfo did not say)."""
+
+    name: str
+    cap_s: float | None
+    default: bool
+    limit: str = ""  # the limit as sinfo printed it
+
+    @property
+    def cap_text(self) -> str:
+        if self.cap_s is not None:
+            return f"cap {format_time_limit(self.cap_s)}"
+        if self.limit.lower() in _NO_LIMIT:
+            return "no cap"
+        if not self.limit:
+            return "cap unknown"
+        return f"cap unknown: sinfo printed {self.limit!r}, planned without a cap"
+
+
+def parse_sinfo(text: str) -> list[Partition]:
+    """Partitions from `sinfo -h -o "%P %l"`: the default one is marked `*`; a limit that is
+    not a time (`n/a`) is no cap, and `cap_text` says so."""
+    found: dict[str, Partition] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        name, limit = words[0], " ".join(words[1:])
+        default = name.endswith("*")
+        name = name.rstrip("*")
+        try:
+            cap = parse_time_limit(limit)
+        except ConfigError:
+            cap = None
+        if name not in found:  # one line per partition; keep the first
+            found[name] = Partition(name, cap, default, limit)
+    return list(found.values())
+
+
+def read_partitions() -> list[Partition]:
+    """The cluster's partitions from sinfo; `slurm.SlurmError` when sinfo cannot answer."""
+    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l"]).stdout)
+
+
+def resolve_partition(arm: Arm, partitions: list[Partition] | None) -> tuple[Partition | None, str]:
+    """The partition the arm's jobs go to: its `[slurm] partition`, else sinfo's default one
+    (None: unknown, so no cap applies), and a note saying why when sinfo did not list it.
+    With `partitions` None (sinfo unavailable), the arm's partition has no known cap."""
+    name = arm.slurm.partition if arm.slurm is not None else None
+    if partitions is None:
+        return (Partition(name, None, False) if name else None), ""
+    if name is None:
+        default = next((p for p in partitions if p.default), None)
+        return default, "" if default else "sinfo marks no default partition: no cap applied"
+    known = next((p for p in partitions if p.name == name), None)
+    if known is None:
+        return None, (
+            f"partition {name!r} ([slurm] partition in arms/{arm.name}.toml) is not in "
+            "sinfo's list: no cap applied"
+        )
+    return known, ""

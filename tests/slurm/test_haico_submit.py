@@ -1,0 +1,384 @@
+"""`haico submit` and `haico continue` against real Slurm daemons: stages and their
+dependency, shards covering every item once, the journal surviving a kill of haico between
+SUBMITTING and SUBMITTED, the allow-listed environment seen inside a job, the digest gate,
+and a continuation of the one shard that was cut short."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.polling import wait_for
+from tests.slurm.cluster import SlurmCluster
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "sk-haico-test-secret-4711"
+TERMINAL = {"completed", "expectation_failed", "recursion_limit", "blank_turn", "substituted"}
+
+
+@dataclass
+class Project:
+    """A copy of the demo experiments with the batch script, and a results root."""
+
+    root: Path
+    cluster: SlurmCluster
+    env_dumps: Path
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def campaign_dir(self) -> Path:
+        return self.results / "demo"
+
+    def haico(self, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+        """`python -m pytest_haico ...` from the project, as a user's shell runs it: with
+        tokens and an salloc shell's Slurm variables that must not reach the jobs."""
+        env = {
+            **os.environ,
+            **self.cluster.env,
+            "OPENAI_API_KEY": SECRET,
+            "SLURM_MEM_PER_CPU": "7",
+            "PYTEST_HAICO_CONCURRENCY": "1",
+        }
+        if path is not None:
+            env["PATH"] = path
+        return subprocess.run(
+            [sys.executable, "-m", "pytest_haico", *args],
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def journal(self) -> list[dict[str, Any]]:
+        [path] = self.campaign_dir.glob("submissions/*/journal.jsonl")
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def job_ids(self, stage: str) -> list[str]:
+        return [
+            e["job_id"]
+            for e in self.journal()
+            if e["state"] == "SUBMITTED" and f".{stage}." in e["job"]
+        ]
+
+    def records(self) -> list[dict[str, Any]]:
+        return [
+            json.loads(line)
+            for path in sorted((self.campaign_dir / "demo" / "ledger").glob("*.jsonl"))
+            for line in path.read_text().splitlines()
+            if line.strip()
+        ]
+
+
+@pytest.fixture
+def project(tmp_path: Path, slurm_cluster: SlurmCluster) -> Project:
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "experiments", root / "experiments")
+    (root / "sbatch").mkdir()
+    shutil.copy(REPO / "sbatch" / "campaign.sbatch", root / "sbatch" / "campaign.sbatch")
+    (root / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
+        'addopts = ["-p", "no:langsmith_plugin"]\n'
+    )
+    dumps = tmp_path / "env"
+    dumps.mkdir()
+    # What each job's pytest sees of its environment.
+    (root / "experiments" / "conftest.py").write_text(
+        "import json, os, pathlib\n\n\n"
+        "def pytest_configure(config):\n"
+        f"    out = pathlib.Path({str(dumps)!r})\n"
+        "    name = os.environ.get('SLURM_JOB_ID', 'none')\n"
+        "    (out / f'{name}.json').write_text(json.dumps(dict(os.environ)))\n"
+    )
+    return Project(root=root, cluster=slurm_cluster, env_dumps=dumps)
+
+
+def _squeue(cluster: SlurmCluster, *ids: str) -> dict[str, tuple[str, str]]:
+    out = cluster.run("squeue", "-h", "-j", ",".join(ids), "-o", "%F %T %r").stdout
+    return {line.split()[0]: tuple(line.split()[1:3]) for line in out.splitlines()}  # type: ignore[misc]
+
+
+def test_smoke_then_full_after_it_every_item_once_and_no_token_in_any_job(
+    project: Project,
+) -> None:
+    smoke = project.haico("submit", "demo", "--stage", "smoke", "--stratum", "default")
+    assert smoke.returncode == 0, smoke.stderr
+    full = project.haico(
+        "submit", "demo", "--stage", "full", "--stratum", "default", "--tasks", "3"
+    )
+    assert full.returncode == 0, full.stderr
+    [smoke_id] = project.job_ids("smoke")
+    [full_id] = project.job_ids("full")
+    assert f"after afterok:{smoke_id}" in full.stdout
+    # The full stage waits for the smoke job in the queue: Slurm's own record says so.
+    wait_for(
+        lambda: _squeue(project.cluster, full_id).get(full_id) == ("PENDING", "Dependency"),
+        timeout=10,
+        what="squeue to show the full job pending on its dependency",
+    )
+    assert _squeue(project.cluster, smoke_id)[smoke_id][0] in ("PENDING", "RUNNING")
+    fields = project.cluster.job_fields(full_id)
+    assert fields.get("Dependency", "").startswith(f"afterok:{smoke_id}")
+
+    ends = project.cluster.wait_ended(smoke_id, full_id)
+    assert set(ends.values()) == {"COMPLETED"}, ends
+    assert len(ends) == 2 + 3
+
+    records = project.records()
+    demo_default = [r for r in records if r["stratum"] == "default" and r["verdict"] in TERMINAL]
+    per_item = Counter(r["item_id"] for r in demo_default)
+    assert len(per_item) == 6  # every item of the demo's stratum default
+    assert set(per_item.values()) == {1}, "an item ran twice"
+    by_job = Counter((r["slurm"]["array_job_id"], r["slurm"]["array_task_id"]) for r in records)
+    assert sum(n for (job, _), n in by_job.items() if job == smoke_id) == 4  # 2 tasks x 2
+    assert {task for job, task in by_job if job == full_id} <= {"0", "1", "2"}
+
+    # The allow-listed environment: nothing of the submitting shell's tokens or Slurm
+    # variables; haico's own settings present.
+    dumps = [json.loads(p.read_text()) for p in project.env_dumps.glob("*.json")]
+    assert len(dumps) == 5
+    for environ in dumps:
+        assert "OPENAI_API_KEY" not in environ
+        assert "PYTEST_HAICO_CONCURRENCY" not in environ
+        assert environ.get("SLURM_MEM_PER_CPU") != "7"
+        assert SECRET not in json.dumps(environ)
+        assert environ["HAICO_INPUTS_DIGEST"].startswith("sha256:")
+    assert SECRET not in "".join(
+        p.read_text(errors="replace") for p in project.campaign_dir.rglob("*") if p.is_file()
+    )
+
+
+def test_a_kill_between_submitting_and_submitted_is_reconciled_never_submitted_twice(
+    project: Project, tmp_path: Path
+) -> None:
+    # An sbatch that submits, then hangs before haico reads its answer.
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    real = shutil.which("sbatch")
+    marker = tmp_path / "submitted"
+    (shim / "sbatch").write_text(
+        f'#!/bin/bash\n{real} "$@" > {tmp_path}/answer\ntouch {marker}\nexec sleep 300\n'
+    )
+    (shim / "sbatch").chmod(0o755)
+    env = {
+        **os.environ,
+        **project.cluster.env,
+        "PATH": f"{shim}:{os.environ['PATH']}",
+    }
+    haico = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest_haico",
+            "submit",
+            "demo",
+            "--stage",
+            "smoke",
+            "--stratum",
+            "long",
+        ],
+        cwd=project.root,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_for(marker.exists, timeout=60, what="the shim's submission")
+    finally:
+        os.killpg(haico.pid, signal.SIGKILL)
+        haico.wait()
+    journal = project.journal()
+    assert journal[-1]["state"] == "SUBMITTING"
+    name = journal[-1]["job"]
+    job_id = (tmp_path / "answer").read_text().strip()
+
+    rerun = project.haico("submit", "demo", "--stage", "smoke", "--stratum", "long")
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"found as job {job_id}" in rerun.stdout
+    assert "already submitted as job " + job_id in rerun.stdout
+    named = project.cluster.run("squeue", "-h", "-t", "all", "--name", name, "-o", "%F").stdout
+    assert set(named.split()) == {job_id}, "the job was submitted twice"
+    last = project.journal()[-1]
+    assert (last["state"], last["job_id"], last["how"]) == (
+        "SUBMITTED",
+        job_id,
+        "reconciled by name",
+    )
+    project.cluster.wait_ended(job_id)
+
+
+def test_a_kill_before_sbatch_answered_with_no_job_blocks_until_forced(
+    project: Project, tmp_path: Path
+) -> None:
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    marker = tmp_path / "called"
+    (shim / "sbatch").write_text(f"#!/bin/bash\ntouch {marker}\nexec sleep 300\n")
+    (shim / "sbatch").chmod(0o755)
+    env = {**os.environ, **project.cluster.env, "PATH": f"{shim}:{os.environ['PATH']}"}
+    haico = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest_haico",
+            "submit",
+            "demo",
+            "--stage",
+            "smoke",
+            "--stratum",
+            "long",
+        ],
+        cwd=project.root,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_for(marker.exists, timeout=60, what="sbatch called")
+    finally:
+        os.killpg(haico.pid, signal.SIGKILL)
+        haico.wait()
+    name = project.journal()[-1]["job"]
+
+    blocked = project.haico("submit", "demo", "--stage", "smoke", "--stratum", "long")
+    assert blocked.returncode == 2
+    assert blocked.stdout == ""
+    [line] = blocked.stderr.splitlines()
+    assert f"--force {name}" in line and "Traceback" not in blocked.stderr
+    assert project.journal()[-1]["state"] == "SUBMITTING"
+
+    forced = project.haico(
+        "submit", "demo", "--stage", "smoke", "--stratum", "long", "--force", name
+    )
+    assert forced.returncode == 0, forced.stderr
+    [job_id] = project.job_ids("smoke")
+    assert set(project.cluster.wait_ended(job_id).values()) == {"COMPLETED"}
+
+
+def test_an_edit_of_the_frozen_inputs_after_submission_is_refused_by_the_digest_gate(
+    project: Project,
+) -> None:
+    smoke = project.haico("submit", "demo", "--stage", "smoke", "--stratum", "long")
+    assert smoke.returncode == 0, smoke.stderr
+    [smoke_id] = project.job_ids("smoke")
+    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
+    before = len(project.records())
+
+    [frozen] = project.campaign_dir.glob("submissions/*/experiments/scripts/long.jsonl")
+    frozen.chmod(0o644)
+    frozen.write_text(frozen.read_text().replace("eight weeks", "six weeks"))
+    full = project.haico("submit", "demo", "--stage", "full", "--stratum", "long")
+    assert full.returncode == 0, full.stderr
+    assert "already submitted" not in full.stdout
+    [full_id] = project.job_ids("full")
+    ends = project.cluster.wait_ended(full_id)
+    assert set(ends.values()) == {"FAILED"}, ends
+    [task] = [project.cluster.job_fields(t) for t in ends]
+    assert task["ExitCode"] == "78:0"
+    [log] = project.campaign_dir.glob(f"submissions/*/logs/full.demo.long-{full_id}_0.out")
+    text = log.read_text()
+    assert "inputs_present" in text and "edited after `haico submit`" in text
+    assert len(project.records()) == before, "an item ran on edited inputs"
+
+
+def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new_tasks(
+    project: Project,
+) -> None:
+    # Eight items of three turns at 5 s a completion, one conversation at a time: after a
+    # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
+    # it is still running at the controller's next time-limit check (at most 30 s away).
+    experiments = project.root / "experiments"
+    for script in (experiments / "scripts").iterdir():
+        script.unlink()
+    (experiments / "scripts" / "work.yaml").write_text(
+        "".join(
+            f"- id: work-{n}\n  stratum: work\n  turns:\n"
+            + "".join(f"    - user: 'Question {k} of task {n}?'\n" for k in range(3))
+            for n in range(8)
+        )
+    )
+    arm = experiments / "arms" / "demo.toml"
+    text = arm.read_text().replace("latency_ms = 20", "latency_ms = 5000")
+    arm.write_text(text.replace("concurrency = 4", "concurrency = 1"))
+    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
+    assert smoke.returncode == 0, smoke.stderr
+    [smoke_id] = project.job_ids("smoke")
+    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
+    full = project.haico("submit", "demo", "--stage", "full", "--tasks", "2", "--time", "20")
+    assert full.returncode == 0, full.stderr
+    [full_id] = project.job_ids("full")
+
+    def to_run() -> dict[int, int] | None:
+        counts = {}
+        for task in (0, 1):
+            logs = list(
+                project.campaign_dir.glob(f"submissions/*/logs/full.*-{full_id}_{task}.out")
+            )
+            found = re.search(r"(\d+) to run", logs[0].read_text()) if logs else None
+            if found is None:
+                return None
+            counts[task] = int(found[1])
+        return counts
+
+    wait_for(lambda: to_run() is not None, timeout=90, what="both full tasks' status lines")
+    counts = to_run()
+    assert counts is not None
+    busy = max(counts, key=lambda task: counts[task])
+    assert counts[busy] >= 3, counts
+    project.cluster.run(
+        "scontrol", "update", f"JobId={full_id}_{busy}", f"EndTime={end_time_in(1)}", check=True
+    )
+    project.cluster.wait_ended(full_id)
+    cut = project.cluster.job_fields(f"{full_id}_{busy}")
+    assert cut["JobState"] == "TIMEOUT", cut
+    other = project.cluster.job_fields(f"{full_id}_{1 - busy}")
+    assert other["JobState"] == "COMPLETED", other
+    done_before = {r["item_id"] for r in project.records() if r["verdict"] in TERMINAL}
+    assert len(done_before) < 8
+
+    dry = project.haico("continue", "demo", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"--array={busy} " in dry.stdout and "HAICO_SHARD_COUNT=2" in dry.stdout
+    assert not list(project.campaign_dir.glob("submissions/*/continue-1"))
+
+    cont = project.haico("continue", "demo", "--tasks", "2", "--time", "20")
+    assert cont.returncode == 0, cont.stderr
+    [cont_id] = project.job_ids("continue-1")
+    assert set(project.cluster.wait_ended(cont_id).values()) == {"COMPLETED"}
+    [items_file] = project.campaign_dir.glob("submissions/*/continue-1/demo.work.items")
+    owed = [line for line in items_file.read_text().splitlines() if not line.startswith("#")]
+    assert len(owed) == 8 - len(done_before)
+
+    records = project.records()
+    terminal = Counter(r["item_id"] for r in records if r["verdict"] in TERMINAL)
+    assert len(terminal) == 8 and set(terminal.values()) == {1}, "an item ran twice or never"
+    rerun = {
+        r["item_id"]
+        for r in records
+        if r["slurm"]["array_job_id"] == cont_id and r["verdict"] in TERMINAL
+    }
+    assert rerun == set(terminal) - done_before
+
+    again = project.haico("continue", "demo")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to continue" in again.stdout
+
+
+def end_time_in(seconds: float) -> str:
+    """An `scontrol update EndTime=` value at least `seconds` from now (whole seconds)."""
+    return datetime.fromtimestamp(math.ceil(time.time() + seconds)).isoformat(timespec="seconds")
