@@ -52,7 +52,8 @@ class ArrayPlan:
     """The array to submit for one arm × stratum's remaining items.
 
     `per_task_work_s` is the measured work of one task's share (no margin, no overheads);
-    `walltime_s` that work times the margin plus `OVERHEAD_S`; `time_s` the bucket of the
+    `walltime_s` that work times the margin plus the stack's measured start-up and
+    `OVERHEAD_S`; `time_s` the bucket of the
     partition it rounds up to, as `time_limit` for `sbatch --time`.
     """
 
@@ -81,7 +82,8 @@ def plan_array(
     """The fewest tasks whose share, at the measured cost, fits a bucket of the partition.
 
     A task's work is its items × `cost.per_item_s` / `concurrency`, never less than the
-    longest measured item; its walltime that work × `margin` + `OVERHEAD_S`, rounded up
+    longest measured item; its walltime that work × `margin` + the arm's measured stack
+    start-up (`cost.startup_s`) + `OVERHEAD_S`, rounded up
     into the ladder below the partition's cap, or the cap. Work beyond the cap is spread
     over more tasks; a walltime is never below the measured work.
 
@@ -94,24 +96,25 @@ def plan_array(
     if remaining < 1 or concurrency < 1 or not 1 <= margin < math.inf:
         raise ValueError(f"{remaining=}, {concurrency=} and {margin=} must be at least 1")
     longest, per_item = cost.max_s, cost.per_item_s
+    overhead = OVERHEAD_S + (cost.startup_s or 0.0)
     cap = partition.cap_s if partition is not None else None
-    if partition is not None and cap is not None and longest > cap - OVERHEAD_S:
+    if partition is not None and cap is not None and longest > cap - overhead:
         raise ItemLongerThanCapError(
             f"arm {cost.arm}, stratum {cost.stratum}: an item took {longest:.1f} s, longer "
-            f"than the {cap - OVERHEAD_S:.0f} s that partition {partition.name}'s cap "
-            f"{format_time_limit(cap)} leaves after {OVERHEAD_S:.0f} s of signal lead, "
-            "early signal and shutdown: choose a partition with a longer cap ([slurm] "
+            f"than the {cap - overhead:.0f} s that partition {partition.name}'s cap "
+            f"{format_time_limit(cap)} leaves after {overhead:.0f} s of stack start-up, "
+            "signal lead, early signal and shutdown: choose a partition with a longer cap ([slurm] "
             f"partition in arms/{cost.arm}.toml) or split the stratum's longest scripts"
         )
-    top = cap if cap is not None else max(LADDER_S[-1], longest * margin + OVERHEAD_S)
-    budget = top - OVERHEAD_S
+    top = cap if cap is not None else max(LADDER_S[-1], longest * margin + overhead)
+    budget = top - overhead
     # The most items one task can take with the margin, at least one.
     fits = math.floor(budget / margin * concurrency / per_item + 1e-9) if per_item else remaining
     tasks = math.ceil(remaining / max(1, min(fits, remaining)))
     items = math.ceil(remaining / tasks)
     work = max(items * per_item / concurrency, longest)
     trimmed = work * margin > budget
-    walltime = min(work * margin, budget) + OVERHEAD_S
+    walltime = min(work * margin, budget) + overhead
     bucket = _bucket(walltime, cap)
     return ArrayPlan(
         tasks, bucket, format_time_limit(bucket), work, partition, items, walltime, trimmed
@@ -184,7 +187,8 @@ def _header(campaign_dir: Path, experiments_dir: Path | None, margin: float) -> 
     )
     return [
         f"campaign {campaign_dir}: {source}",
-        f"--time = measured work per task x{margin:g} (--margin) + {SIGNAL_LEAD_S:.0f} s "
+        f"--time = measured work per task x{margin:g} (--margin) + the arm's measured stack "
+        f"start-up + {SIGNAL_LEAD_S:.0f} s "
         f"signal lead + {EARLY_SIGNAL_S:.0f} s early signal + {SHUTDOWN_S:.0f} s dump and "
         "shutdown, rounded up to a bucket of the partition",
     ]
@@ -223,7 +227,7 @@ def _stratum_lines(
             f"  {progress}",
         ]
     if remaining == 0:
-        return [f"{head}: all {total} items done, from {cost.n} items: nothing to submit"]
+        return [f"{head}: all {total} items done, from {cost.n} items: nothing to submit", *figures]
     partition, note = resolve_partition(arm, partitions)
     workers = concurrency if concurrency is not None else arm.run.concurrency
     plan = plan_array(cost, remaining, concurrency=workers, partition=partition, margin=margin)
@@ -248,7 +252,9 @@ def _stratum_lines(
     lines.append(
         f"  {progress}: {remaining} x {cost.per_item_s:.1f} s/item / concurrency {workers} = "
         f"{_span(remaining * cost.per_item_s / workers)} of work; {per_task}: "
-        f"{_span(plan.per_task_work_s)} {padded} + {OVERHEAD_S:.0f} s = "
+        f"{_span(plan.per_task_work_s)} {padded} + "
+        + (f"{cost.startup_s:.0f} s start-up + " if cost.startup_s else "")
+        + f"{OVERHEAD_S:.0f} s = "
         f"{_span(plan.walltime_s)}/task"
     )
     lines += _configured_time(arm, cost.stratum, plan)

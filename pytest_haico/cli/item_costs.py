@@ -4,11 +4,13 @@ records."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from pytest_haico.ledger.jsonl import iter_ledger
 from pytest_haico.ledger.verdicts import Verdict
 
 Warn = Callable[[str], None]
+
+_DAY_S = 86400.0
 
 
 class CostError(HaicoError):
@@ -56,6 +60,9 @@ class StratumCost:
     early_mean_s: float | None
     late_mean_s: float | None
     done: int
+    # The arm's longest measured stack start-up (claim of the run directory to the first
+    # item's start: the stack and the gates), None when no run recorded one.
+    startup_s: float | None = None
 
     @property
     def trend(self) -> float | None:
@@ -71,12 +78,18 @@ class StratumCost:
 
     @classmethod
     def from_times(
-        cls, arm: str, stratum: str, times: list[tuple[bytes, float]], done: int
+        cls,
+        arm: str,
+        stratum: str,
+        times: list[tuple[bytes, float]],
+        done: int,
+        *,
+        startup_s: float | None = None,
     ) -> StratumCost:
         """From (started_at, duration_s) pairs of the measured attempts."""
         n = len(times)
         if not n:
-            return cls(arm, stratum, 0, None, None, None, None, None, None, done)
+            return cls(arm, stratum, 0, None, None, None, None, None, None, done, startup_s)
         # ISO 8601 UTC timestamps as the recorder writes them sort as text.
         in_order = [duration for _, duration in sorted(times)]
         ranked = sorted(in_order)
@@ -92,6 +105,7 @@ class StratumCost:
             early_mean_s=statistics.fmean(in_order[:third]) if third else None,
             late_mean_s=statistics.fmean(in_order[-third:]) if third else None,
             done=done,
+            startup_s=startup_s,
         )
 
 
@@ -109,11 +123,15 @@ class _ArmTally:
         self.times: dict[bytes, list[tuple[bytes, float]]] = {}
         # item_id -> (finished_at, terminal, stratum) of its newest record
         self.newest: dict[bytes, tuple[bytes, bool, bytes]] = {}
+        # run_id (a ledger file's stem) -> the started_at of its first item
+        self.first_start: dict[str, bytes] = {}
+        self._run = ""
 
     def read(self, path: Path, *, warn: Warn) -> None:
         """Count the records of one ledger file, in line order: lines of the package's own
         shape are matched here, every other one is parsed by the ledger reader, with its
         warnings and line numbers."""
+        self._run = path.stem
         for record in iter_ledger(path, warn=warn, consumed=self._consume):
             self.add_data(record.data, f"{path}:{record.line}", warn)
 
@@ -157,19 +175,39 @@ class _ArmTally:
     ) -> None:
         if verdict in _MEASURED and seconds is not None and 0 <= seconds < math.inf:
             self.times.setdefault(stratum, []).append((started, seconds))
+        first = self.first_start.get(self._run)
+        if first is None or started < first:
+            self.first_start[self._run] = started
         known = self.newest.get(item_id)
         # As ResumeIndex: later lines win ties (files in run order, lines in write order).
         if known is None or finished >= known[0]:
             self.newest[item_id] = (finished, verdict in _TERMINAL, stratum)
 
-    def costs(self, arm: str) -> Iterator[StratumCost]:
+    def startup_s(self, arm_dir: Path) -> float | None:
+        """The longest stack start-up of the arm's runs: from the run's claim of its
+        directory (`runs/<run_id>/claim.json`, written as the session starts) to its first
+        item's start, which covers the stack's start and the gates; None when no run says."""
+        measured = []
+        for run_id, first in self.first_start.items():
+            try:
+                claim = json.loads((arm_dir / "runs" / run_id / "claim.json").read_bytes())
+                started = datetime.fromisoformat(first.decode()).timestamp()
+                seconds = started - float(claim["claimed_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if 0 <= seconds < _DAY_S:
+                measured.append(seconds)
+        return max(measured) if measured else None
+
+    def costs(self, arm: str, arm_dir: Path) -> Iterator[StratumCost]:
+        startup = self.startup_s(arm_dir)
         done: dict[bytes, int] = {}
         for _, terminal, stratum in self.newest.values():
             done[stratum] = done.get(stratum, 0) + terminal
         for stratum in sorted(self.times.keys() | done.keys()):
             name = stratum.decode(errors="replace")
             times = self.times.get(stratum, [])
-            yield StratumCost.from_times(arm, name, times, done.get(stratum, 0))
+            yield StratumCost.from_times(arm, name, times, done.get(stratum, 0), startup_s=startup)
 
 
 def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], StratumCost]:
@@ -207,5 +245,5 @@ def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], Strat
     return {
         (cost.arm, cost.stratum): cost
         for arm, tally in tallies.items()
-        for cost in tally.costs(arm)
+        for cost in tally.costs(arm, campaign_dir / arm)
     }

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import stat
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -293,8 +294,8 @@ def test_an_item_longer_than_the_cap_is_an_error() -> None:
 
     assert str(raised.value) == (
         "arm qwen, stratum long: an item took 2300.0 s, longer than the 2220 s that "
-        "partition short's cap 00:45:00 leaves after 480 s of signal lead, early signal and "
-        "shutdown: choose a partition with a longer cap ([slurm] partition in "
+        "partition short's cap 00:45:00 leaves after 480 s of stack start-up, signal lead, "
+        "early signal and shutdown: choose a partition with a longer cap ([slurm] partition in "
         "arms/qwen.toml) or split the stratum's longest scripts"
     )
 
@@ -349,10 +350,13 @@ def test_the_report_says_when_sinfo_was_unavailable(tmp_path: Path) -> None:
     assert lines == [
         f"campaign {campaign}: remaining items from {experiments} (an estimate: an edited "
         "script's items are new)",
-        "--time = measured work per task x2 (--margin) + 300 s signal lead + 60 s early "
-        "signal + 120 s dump and shutdown, rounded up to a bucket of the partition",
+        "--time = measured work per task x2 (--margin) + the arm's measured stack start-up + "
+        "300 s signal lead + 60 s early signal + 120 s dump and shutdown, rounded up to a "
+        "bucket of the partition",
         "sinfo unavailable: partition caps unknown, planned without a cap",
         "arm qwen, stratum long: all 10 items done, from 10 items: nothing to submit",
+        "  median 60.0 s/item, p95 60.0 s/item, max 60.0 s/item, mean 60.0 s/item, "
+        "late/early 1.00x",
     ]
 
 
@@ -629,3 +633,25 @@ def test_a_ledger_that_is_not_a_file_is_an_error_naming_it(tmp_path: Path) -> No
 
     with pytest.raises(ResultsError, match=r"8_0\.1\.jsonl: it is a directory, not a regular"):
         load_costs(campaign, warn=no_warnings)
+
+
+def test_the_stack_start_up_of_the_arms_runs_is_measured_and_added_to_the_walltime(
+    tmp_path: Path,
+) -> None:
+    campaign = tmp_path / "camp"
+    records = [make_record(i, 60.0, stratum="short") for i in range(10)]
+    write_ledger(campaign, records)
+    [ledger] = (campaign / "qwen" / "ledger").glob("*.jsonl")
+    first_start = min(datetime.fromisoformat(r.started_at).timestamp() for r in records)
+    # The run claimed its directory 95 s before its first item started (stack + gates).
+    claim = campaign / "qwen" / "runs" / ledger.stem / "claim.json"
+    claim.parent.mkdir(parents=True)
+    claim.write_text(json.dumps({"run_id": ledger.stem, "claimed_at": first_start - 95.0}))
+
+    [cost] = load_costs(campaign, warn=pytest.fail).values()
+    assert cost.startup_s == pytest.approx(95.0)
+    without = plan_array(
+        replace(cost, startup_s=None), 10, concurrency=10, partition=None, margin=1.0
+    )
+    plan = plan_array(cost, 10, concurrency=10, partition=None, margin=1.0)
+    assert plan.walltime_s == pytest.approx(without.walltime_s + 95.0)
