@@ -91,7 +91,7 @@ def run_jobs(
         jobs = journal.read(warn=say)
         array = array_spec(plan.tasks)
         say(
-            f"haico: {plan.name}: job {job_id}, array {array} of {plan.shard_count}, "
+            f"haico: {plan.name}: job {job_id}, shards {array} of {plan.shard_count}, "
             f"--time {plan.time_limit} ({plan.why})"
             + (f", after {dependency}" if dependency else "")
         )
@@ -307,4 +307,16 @@ def show(
             dependency = f"afterok:<the smoke jobs of arm {plan.arm}>"
         say(f"# {plan.name}: {plan.why}")
         arm_slurm = experiments.arms[plan.arm].slurm
-        say(shlex.join(sbatch_argv(submission, plan, dependency, arm_slurm)))
+        say(command_text(sbatch_argv(submission, plan, dependency, arm_slurm)))
+
+
+def command_text(argv: Sequence[str]) -> str:
+    """A command line a shell runs as is, one option (with its value) per line."""
+    lines: list[list[str]] = []
+    awaiting = False  # the previous word is an option whose value follows
+    for arg in argv:
+        if not lines or not awaiting:
+            lines.append([])
+        lines[-1].append(shlex.quote(arg))
+        awaiting = arg.startswith("--") and "=" not in arg and arg != "--parsable"
+    return " \\\n    ".join(" ".join(words) for words in lines)

@@ -172,8 +172,8 @@ def _full_size(
         return tasks, checked_time(request.time, "--time"), "from --time"
     time, why = _arm_time(arm, stratum)
     if found is None or found.n < MIN_ITEMS:
-        why += " (nothing measured yet"
-        why += "; pass --tasks N for more array tasks)" if request.tasks is None else ")"
+        why += "; nothing measured yet"
+        why += ": pass --tasks N for more array tasks" if request.tasks is None else ""
     return tasks, time, why
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,14 +111,30 @@ def test_a_dry_run_prints_each_sbatch_command_line_and_writes_nothing(
     smoke = _haico(project, "submit", "demo", "--stage", "smoke", "--dry-run", path=slurm_bin)
     full = _haico(project, "submit", "demo", "--stage", "full", "--dry-run", path=slurm_bin)
     assert smoke.returncode == 0 and full.returncode == 0, smoke.stderr + full.stderr
-    commands = [line for line in smoke.stdout.splitlines() if line.startswith("sbatch ")]
+    commands = _commands(smoke.stdout)
     assert len(commands) == 2
     assert all("--array=0-1" in c and "--time=00:30:00" in c for c in commands)
-    [full_default, _] = [line for line in full.stdout.splitlines() if line.startswith("sbatch ")]
+    [full_default, _] = _commands(full.stdout)
     assert "'--dependency=afterok:<the smoke jobs of arm demo>'" in full_default
     assert "--kill-on-invalid-dep=yes" in full_default
+    # What is printed is what a shell runs: the words of the command haico would run.
+    words = shlex.split(full_default.replace("\\\n", " "))
+    assert words[:2] == ["sbatch", "--parsable"] and words[-1].endswith("/experiments")
     assert not (project / "results").exists()
     assert list((tmp_path / "calls").iterdir()) == []
+
+
+def _commands(stdout: str) -> list[str]:
+    """The sbatch commands a dry run printed, each with its continuation lines."""
+    commands: list[str] = []
+    lines = iter(stdout.splitlines())
+    for line in lines:
+        if line.startswith("sbatch "):
+            block = [line]
+            while block[-1].endswith("\\"):
+                block.append(next(lines))
+            commands.append("\n".join(block))
+    return commands
 
 
 def test_a_refused_submission_goes_back_to_prepared_and_a_rerun_submits_it(

@@ -353,7 +353,7 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
 
     dry = project.haico("continue", "demo", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert f"--array={busy} " in dry.stdout and "HAICO_SHARD_COUNT=2" in dry.stdout
+    assert f"--array={busy} \\\n" in dry.stdout and "HAICO_SHARD_COUNT=2" in dry.stdout
     assert not list(project.campaign_dir.glob("submissions/*/continue-1"))
 
     cont = project.haico("continue", "demo", "--tasks", "2", "--time", "20")
