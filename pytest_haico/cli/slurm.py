@@ -7,10 +7,12 @@ travel with it. Every command here gets only `ALLOWED_ENV` of the caller's envir
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from pytest_haico.errors import HaicoError
 
@@ -104,9 +106,23 @@ def find_job(name: str, *, since: str, environ: Mapping[str, str] | None = None)
     queued = run(["squeue", "--me", "--name", name, "-h", "-o", "%F"], environ=environ)
     ids = {line.strip() for line in queued.stdout.splitlines() if line.strip().isdigit()}
     if not ids:
-        start = since.removesuffix("Z")
+        # Relative to now: an absolute -S would be read in sacct's time zone. A minute more
+        # allows for clock skew between this host and the controller.
+        ago = datetime.now(UTC) - datetime.fromisoformat(since)
+        minutes = max(0, math.ceil(ago.total_seconds() / 60)) + 1
         accounted = run(
-            ["sacct", "-X", "-P", "-n", "--name", name, "-S", start, "-o", "JobID"],
+            [
+                "sacct",
+                "-X",
+                "-P",
+                "-n",
+                "--name",
+                name,
+                "-S",
+                f"now-{minutes}minutes",
+                "-o",
+                "JobID",
+            ],
             environ=environ,
             check=False,
         )
