@@ -54,8 +54,8 @@ def continue_(submission: Submission, request: Request, *, say: Say) -> int:
         say("haico: nothing to continue: no job of this submission is owed a rerun")
         return 0
     experiments = load_experiments(submission.experiments)
-    round_ = 1 + sum(1 for j in jobs.values() if j.plan.stage.startswith("continue-"))
-    stage = f"continue-{round_}"
+    rounds = {j.plan.stage for j in jobs.values() if j.plan.stage.startswith("continue-")}
+    stage = f"continue-{len(rounds) + 1}"
     measured = measured_costs(submission.campaign_dir, say)
     partitions = partition_caps(say)
     plans: list[PlannedJob] = []
@@ -128,6 +128,8 @@ def _owed(
     job continues yet."""
     continued: set[tuple[str, int]] = set()
     for job in jobs.values():
+        if job.job_id is None:
+            continue  # prepared, never submitted: it continues nothing yet
         for name, tasks in job.plan.continues.items():
             continued.update((name, task) for task in tasks)
     owed: dict[tuple[str, str], list[tuple[JournaledJob, list[int]]]] = {}

@@ -84,7 +84,7 @@ def run_jobs(
         journal.submitting(plan.name)
         try:
             job_id = slurm.sbatch(argv)
-        except slurm.SubmissionRefused:
+        except (slurm.SubmissionRefused, slurm.NotRun):
             journal.prepare(plan)  # certainly not in Slurm: back to PREPARED
             raise
         journal.submitted(plan.name, job_id)

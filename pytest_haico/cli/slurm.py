@@ -27,6 +27,10 @@ class SlurmError(HaicoError):
     """A Slurm client command is missing, failed or did not answer."""
 
 
+class NotRun(SlurmError):
+    """The command could not be started (not on PATH, not executable): it did nothing."""
+
+
 class SubmissionRefused(SlurmError):
     """sbatch said the job was not submitted ("Batch job submission failed: ...")."""
 
@@ -56,7 +60,7 @@ def run(
     env = allowed_environment(environ)
     program = shutil.which(argv[0], path=env.get("PATH"))
     if program is None:
-        raise SlurmError(
+        raise NotRun(
             f"{argv[0]} is not on PATH: run haico where Slurm's client commands are "
             "(a login node of the cluster), or add them to PATH"
         )
@@ -75,7 +79,7 @@ def run(
             "(try `scontrol ping`)"
         ) from exc
     except OSError as exc:
-        raise SlurmError(f"{argv[0]} could not be run: {exc.strerror or exc}") from exc
+        raise NotRun(f"{argv[0]} could not be run: {exc.strerror or exc}") from exc
     if check and done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise SlurmError(

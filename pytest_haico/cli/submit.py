@@ -3,9 +3,8 @@ array per arm × stratum.
 
 smoke: a 2-task array per arm × stratum with --haico-limit-per-stratum, to measure the
 stack and the item costs. full: every item, with the walltime and array size `haico cost`
-derives from what was measured, after the smoke jobs of its arm ended OK. continue: the
-shards that exited 75, timed out, were preempted or lost their node, again — or, with
---tasks M, the items they still owe split over M new tasks.
+derives from what was measured, after the smoke jobs of its arm ended OK (`haico
+continue` runs again what they leave unfinished).
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_sbatch_missing_from_path(project: Path, tmp_path: Path) -> None:
     empty.mkdir()
     done = _haico(project, "submit", "demo", "--stage", "smoke", path=empty)
     _one_line_error(done, "sbatch is not on PATH")
-    assert _journal(project)[-1]["state"] == "SUBMITTING"  # the rerun looks it up first
+    assert _journal(project)[-1]["state"] == "PREPARED"  # certainly not submitted
 
 
 def test_an_unknown_campaign(project: Path, slurm_bin: Path) -> None:
