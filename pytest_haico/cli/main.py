@@ -32,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HaicoError as exc:
         print(f"haico: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except OSError as exc:  # a results directory this user cannot read or write
+        print(f"haico: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return USAGE_ERROR
     except KeyboardInterrupt:
         print("haico: interrupted", file=sys.stderr)
         return 130
@@ -50,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     cost.add_argument("campaign", help="the campaign directory, <results>/<campaign>")
     cost.add_argument("--concurrency", type=_positive_int, help="instead of each arm's")
     cost.add_argument(
-        "--margin", type=float, default=1.5, help="factor on the measured work (default 1.5)"
+        "--margin", type=_margin, default=1.5, help="factor on the measured work (default 1.5)"
     )
     _add_project_options(cost)
     cost.set_defaults(run=_run_cost)
@@ -86,7 +89,7 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time", help="walltime per task (Slurm's format), instead of measured")
     parser.add_argument("--tasks", type=_positive_int, help="array tasks, instead of measured")
     parser.add_argument(
-        "--margin", type=float, default=1.5, help="factor on the measured work (default 1.5)"
+        "--margin", type=_margin, default=1.5, help="factor on the measured work (default 1.5)"
     )
     parser.add_argument(
         "--force",
@@ -119,6 +122,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def _margin(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1 <= value < 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a factor from 1 to 100")
     return value
 
 
@@ -198,6 +211,11 @@ def _run_continue(args: argparse.Namespace) -> int:
         )
     name = getattr(args, "submission", None)
     if name:
+        if not (len(name) == 12 and all(c in "0123456789abcdef" for c in name)):
+            raise InputsError(
+                f"--submission {name!r}: a submission is named by 12 hex digits, as under "
+                f"{campaign_dir}/submissions/"
+            )
         found = load_submission(campaign_dir, name)
         if found is None:
             raise InputsError(f"{campaign_dir} has no submission {name}")
