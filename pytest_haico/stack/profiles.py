@@ -17,7 +17,13 @@ from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.postgres import PostgresService
-from pytest_haico.stack.service import Command, Service, inherited_env, new_secret
+from pytest_haico.stack.service import (
+    Command,
+    Service,
+    inherited_env,
+    new_secret,
+    provider_free_env,
+)
 
 
 @dataclass(kw_only=True)
@@ -40,6 +46,8 @@ class HttpService:
     port_env: str | None = None  # the variable that tells the process its port, if any
     port: int | None = None
     inherit_env: bool = True  # False: `env()` is the whole environment, not an addition
+    # A backend: the inherited environment without model providers' keys or tracing.
+    provider_free: bool = False
     progress_every_s: float | None = None  # how often the wait for it logs its log's last line
 
     @property
@@ -61,7 +69,8 @@ class HttpService:
         env = dict(self.env())
         if self.port_env is not None:
             env[self.port_env] = str(port)
-        full = inherited_env(env) if self.inherit_env else env
+        inherit = provider_free_env if self.provider_free else inherited_env
+        full = inherit(env) if self.inherit_env else env
         return Command(argv=list(self.argv(port)), env=full, cwd=self.cwd)
 
     def probe(self, port: int) -> bool:
@@ -267,6 +276,7 @@ def build_backend_service(
         waits_for=waits_for,
         start_timeout=start_timeout,
         secrets=(api_key, admin_token, *database_secrets),
+        provider_free=True,
     )
 
 
@@ -338,6 +348,7 @@ def build_command_backend(
         secrets=tuple(s for s in (api_key, admin_token, *database_secrets) if s),
         cwd=backend.directory,
         port_env="HAICO_BACKEND_PORT",
+        provider_free=True,
     )
 
 

@@ -106,6 +106,37 @@ def inherited_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, **(extra or {})}
 
 
+# Real model providers' credentials and tracing: a backend talks to the arm's model server
+# only (its key comes in `extra`), and a LangChain that finds LANGSMITH_* or LANGCHAIN_*
+# sends every conversation to a third party.
+_PROVIDER_PREFIXES = (
+    "OPENAI_",
+    "AZURE_OPENAI_",
+    "ANTHROPIC_",
+    "GOOGLE_API_",
+    "GEMINI_",
+    "MISTRAL_",
+    "COHERE_",
+    "GROQ_",
+    "TOGETHER_",
+    "LANGCHAIN_",
+    "LANGSMITH_",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)
+
+
+def provider_free_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`inherited_env` without any provider's credentials or tracing settings (every
+    `*_API_KEY` and `*_API_TOKEN` included): what a backend gets besides `extra`."""
+    kept = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(_PROVIDER_PREFIXES) and not name.endswith(("_API_KEY", "_API_TOKEN"))
+    }
+    return {**kept, **(extra or {})}
+
+
 def write_env_file(path: Path, env: Mapping[str, str], *, uid: int = -1, gid: int = -1) -> None:
     """Create `path` (it must not exist) holding `env` as KEY='value' lines, mode 0600 from
     its creation, owned by `uid`/`gid` (-1: this process's) before anything is written.
