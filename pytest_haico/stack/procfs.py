@@ -58,11 +58,13 @@ def is_alive(pid: int, start_time: int | None = None) -> bool:
 
 def iter_processes() -> Iterator[ProcStat]:
     """Every live process (zombies left out)."""
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            stat = read_proc_stat(int(entry.name))
-            if stat is not None and stat.state not in ("Z", "X"):
-                yield stat
+    # Closed by `with` even when a caller stops early (the generator's close ends it).
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                stat = read_proc_stat(int(entry.name))
+                if stat is not None and stat.state not in ("Z", "X"):
+                    yield stat
 
 
 def iter_session(sid: int) -> Iterator[ProcStat]:
