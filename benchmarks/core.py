@@ -22,6 +22,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 ITEMS = 2000
 LEDGER_RECORDS = 100_000
@@ -85,6 +86,24 @@ def pytest_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
 
 
+# What schema 2 records of the demo arm carry besides the fields resume reads.
+MODEL_IDENTITY: dict[str, Any] = {
+    "kind": "path",
+    "path": "/models/Qwen2.5-32B-Instruct",
+    "config_sha256": "cd" * 32,
+    "shard_index": "model.safetensors.index.json",
+    "shard_index_sha256": "ef" * 32,
+}
+BACKEND_IDENTITY: dict[str, Any] = {"kind": "image", "image": "docker://haico@sha256:" + "01" * 32}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "model": {"path": "/models/Qwen2.5-32B-Instruct", "hf_id": None, "revision": None},
+    "vllm": {"tensor_parallel_size": 2, "data_parallel_size": 1, "max_model_len": 32768,
+             "enable_tool_calling": True, "tool_call_parser": "hermes", "extra_args": []},
+    "generation": {"max_tokens": 4096, "temperature": 0.0},
+    "agent": {"recursion_limit": 50},
+}  # fmt: skip
+
+
 def fill_ledger(root: Path, records: int) -> Path:
     """A ledger of `records` completed items, written as the plugin writes them.
 
@@ -126,8 +145,10 @@ def fill_ledger(root: Path, records: int) -> Path:
                 started_at="2026-01-01T00:00:00.000000+00:00",
                 finished_at="2026-01-01T00:00:01.000000+00:00",
                 duration_s=1.0,
-                model_identity="m",
-                backend_identity="b",
+                model_identity=MODEL_IDENTITY,
+                backend_identity=BACKEND_IDENTITY,
+                tags=("smoke",),
+                settings=SETTINGS,
                 turns=(turn, turn, turn),
                 harness_version="0.1.0",
             )

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pytest_haico.cli.item_costs import load_costs
 from pytest_haico.ledger.item_times import MEASURED_VERDICTS
@@ -46,6 +47,22 @@ VERDICTS = (
     + [Verdict.INTERRUPTED] * 3
 )
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+# What schema 2 records carry besides the fields the cost reads (after them on the line).
+MODEL_IDENTITY: dict[str, Any] = {
+    "kind": "path",
+    "path": "/models/Qwen2.5-32B-Instruct",
+    "config_sha256": "cd" * 32,
+    "shard_index": "model.safetensors.index.json",
+    "shard_index_sha256": "ef" * 32,
+}
+BACKEND_IDENTITY: dict[str, Any] = {"kind": "image", "image": "docker://haico@sha256:" + "01" * 32}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "model": {"path": "/models/Qwen2.5-32B-Instruct", "hf_id": None, "revision": None},
+    "vllm": {"tensor_parallel_size": 2, "data_parallel_size": 1, "max_model_len": 32768,
+             "enable_tool_calling": True, "tool_call_parser": "hermes", "extra_args": []},
+    "generation": {"max_tokens": 4096, "temperature": 0.0},
+    "agent": {"recursion_limit": 50},
+}  # fmt: skip
 
 
 def write_campaign(root: Path, records: int) -> list[Path]:
@@ -98,8 +115,10 @@ def write_campaign(root: Path, records: int) -> list[Path]:
                     ),
                     duration_s=duration,
                     in_flight_at_start=8,
-                    model_identity="sha256:" + "cd" * 32,
-                    backend_identity="sha256:" + "ef" * 32,
+                    model_identity=MODEL_IDENTITY,
+                    backend_identity=BACKEND_IDENTITY,
+                    tags=("smoke",),
+                    settings=SETTINGS,
                     turns=(turn, turn.model_copy(update={"index": 1}), turn),
                     error=None
                     if verdict is Verdict.COMPLETED

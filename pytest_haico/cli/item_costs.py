@@ -17,6 +17,7 @@ from typing import Any
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.item_times import MEASURED_VERDICTS
 from pytest_haico.ledger.jsonl import iter_ledger
+from pytest_haico.ledger.records import READABLE_SCHEMAS_PATTERN
 from pytest_haico.ledger.verdicts import Verdict
 
 Warn = Callable[[str], None]
@@ -30,13 +31,18 @@ class CostError(HaicoError):
 
 _STR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 # The fields the cost needs, in the order and compact form `LedgerRecord.to_line` writes
-# them, all before the long `turns`: matching them is 5x faster than a JSON parse of the
-# line. Any other line (torn, hand-edited, another shape) takes the ledger reader's path.
+# them in schemas 1 and 2, all before the long `turns` and schema 2's added fields:
+# matching them is 5x faster than a JSON parse of the line. Any other line (torn,
+# hand-edited, another shape, another schema) takes the ledger reader's path.
 _COST_FIELDS = re.compile(
-    rb'\{"schema":1,"run_id":S,"campaign":S,"arm":S,"stratum":"([^"\\]*)",'
-    rb'"item_id":"([^"\\]*)","nodeid":S,"script":S,"script_sha256":S,"repeat":-?\d+,'
-    rb'"attempt":\d+,"outcome":"[a-z]*","verdict":"([a-z_]*)","started_at":"([^"\\]*)",'
-    rb'"finished_at":"([^"\\]*)","duration_s":(-?\d[\d.eE+-]*|null),'.replace(b"S", _STR)
+    (
+        rb'\{"schema":(?:SCHEMAS),"run_id":S,"campaign":S,"arm":S,"stratum":"([^"\\]*)",'
+        rb'"item_id":"([^"\\]*)","nodeid":S,"script":S,"script_sha256":S,"repeat":-?\d+,'
+        rb'"attempt":\d+,"outcome":"[a-z]*","verdict":"([a-z_]*)","started_at":"([^"\\]*)",'
+        rb'"finished_at":"([^"\\]*)","duration_s":(-?\d[\d.eE+-]*|null),'
+    )
+    .replace(b"SCHEMAS", READABLE_SCHEMAS_PATTERN)
+    .replace(b"S", _STR)
 )
 
 

@@ -37,6 +37,7 @@ from pytest_haico.config.bounds import (
     not_blank,
 )
 from pytest_haico.config.documents import is_jsonl, is_script_file, iter_documents
+from pytest_haico.config.expect import Expect
 from pytest_haico.config.validation import FieldError as _FieldError
 from pytest_haico.config.validation import describe_validation_error
 from pytest_haico.errors import ConfigError
@@ -199,12 +200,6 @@ class Arm(_Section):
             "generation.max_tokens",
             f"must be below vllm.max_model_len ({limit}), or no prompt fits, got {tokens}",
         )
-
-
-class Expect(_Section):
-    """What a turn must produce."""
-
-    artifact: bool | None = None
 
 
 class Turn(_Section):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,22 +129,113 @@ def backend_identity(
     return f"standin:pytest_haico.standins.backend@{__version__}"  # images: cluster only
 
 
+def arm_settings(arm: Arm) -> dict[str, dict[str, Any]]:
+    """The arm's result-relevant settings as its items' identity hashes them: the resolved
+    `model` (with the served name), `vllm`, `generation` and `agent` sections."""
+    settings: dict[str, dict[str, Any]] = arm.model_dump(mode="json", include=_SETTINGS)
+    settings["model"]["served_name"] = arm.served_name
+    return settings
+
+
+_SETTINGS = {"model", "vllm", "generation", "agent"}
+
+
 def item_id(arm: Arm, script: Script, repeat: int, *, model: str, backend: str) -> str:
     """sha256 of the canonical projection of everything that determines the item's result.
 
     Tags, stratum, description and the repeat count are left out: re-tagging a script
-    or adding repeats keeps the ids of the items that already ran.
+    or adding repeats keeps the ids of the items that already ran. Expectations a turn
+    does not set are left out too, so a new expectation key keeps every existing id.
     """
-    arm_fields = arm.model_dump(mode="json", include={"model", "vllm", "generation", "agent"})
-    arm_fields["model"]["served_name"] = arm.served_name
     projection = {
         "turns": [turn.model_dump(mode="json", exclude_none=True) for turn in script.turns],
         "repeat": repeat,
-        "arm": arm_fields,
+        "arm": arm_settings(arm),
         "model_identity": model,
         "backend_identity": backend,
     }
     return hashlib.sha256(_canonical(projection).encode()).hexdigest()
+
+
+def parse_model_identity(text: str) -> dict[str, Any]:
+    """The model identity `model_identity` builds, as the ledger's object: a `kind` and
+    its fields (`config.json`'s and the shard index's sha256, an HF id and revision...).
+
+    Also reads schema 1's strings. A hash of a file that was missing reads as None; an
+    identity this package did not build is `{"kind": "unknown", "text": ...}`.
+    """
+    kind, _, rest = text.partition(":")
+    if text == "unspecified":
+        return {"kind": "unspecified"}
+    if kind == "standin" and rest.startswith("{"):
+        try:
+            fields = json.loads(rest)
+        except ValueError:
+            fields = None
+        if isinstance(fields, dict):
+            return {"kind": "standin", **fields}
+    if kind == "endpoint" and ";served_name:" in rest:
+        endpoint, _, served_name = rest.rpartition(";served_name:")
+        return {"kind": "endpoint", "endpoint": endpoint, "served_name": served_name}
+    if kind == "hf" and "@" in rest:
+        hf_id, _, revision = rest.rpartition("@")
+        return {"kind": "hf", "hf_id": hf_id, "revision": _known(revision, "unpinned")}
+    path = _MODEL_PATH.match(text)
+    if path is not None:
+        fields = {"kind": "path", "path": path["path"], "config_sha256": _known(path["config"])}
+        name, _, value = path["files"].partition(":")
+        if name == "weights":
+            fields["weights"] = [
+                {"name": weight.rpartition("=")[0], "bytes": int(weight.rpartition("=")[2])}
+                for weight in value.split(",")
+                if weight.rpartition("=")[2].isdigit()
+            ]
+        else:
+            fields["shard_index"] = name
+            fields["shard_index_sha256"] = _known(value)
+        return fields
+    return {"kind": "unknown", "text": text}
+
+
+def parse_backend_identity(text: str) -> dict[str, Any]:
+    """The backend identity `backend_identity` builds, as the ledger's object: a `kind`
+    (`cmd`, `image`, `standin`, `unspecified`) and its fields; also reads schema 1's
+    strings. An identity this package did not build is `{"kind": "unknown", "text": ...}`."""
+    kind, _, rest = text.partition(":")
+    if text == "unspecified":
+        return {"kind": "unspecified"}
+    if kind == "cmd" and ";git:" in rest:
+        command, _, tree = rest.rpartition(";git:")
+        commit, dirty, diff = tree.partition("+dirty:")
+        return {
+            "kind": "cmd",
+            "command": command,
+            "git_commit": _known(commit, "none"),
+            "git_dirty": bool(dirty),
+            "git_diff_sha256": _known(diff, "untracked-only", ""),
+        }
+    if kind == "image" and rest:
+        # A SIF named by its path is told apart by its header's hash.
+        image, header, digest = rest.rpartition(";header:")
+        if not header:
+            return {"kind": "image", "image": rest, "header_sha256": None}
+        return {"kind": "image", "image": image, "header_sha256": _known(digest)}
+    if kind == "standin" and "@" in rest:
+        module, _, version = rest.rpartition("@")
+        return {"kind": "standin", "module": module, "version": version}
+    return {"kind": "unknown", "text": text}
+
+
+# `path:<dir>;config.json:<sha256>;<shard index>:<sha256>` or `...;weights:<name>=<bytes>,...`
+_MODEL_PATH = re.compile(
+    r"^path:(?P<path>.*?);config\.json:(?P<config>[0-9a-f]{64}|missing);(?P<files>[^;]*)$",
+    re.DOTALL,
+)
+
+
+def _known(value: str, *unknown: str) -> str | None:
+    """A hash or name, or None where the identity says it was missing or unknown."""
+    return None if value in ("missing", *unknown) else value
 
 
 def _canonical(value: Any) -> str:

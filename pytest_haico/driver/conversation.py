@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +55,8 @@ class ConversationResult:
     started_at: datetime
     finished_at: datetime
     duration_s: float
+    # Each turn's answer (its final step's text, redacted), one per entry of `turns`.
+    answers: tuple[str, ...] = ()
 
 
 class ConversationProgress:
@@ -69,6 +71,7 @@ class ConversationProgress:
         self.started_at: datetime | None = None
         self._started = 0.0
         self._turns: list[TurnRecord] = []
+        self._answers: list[str] = []
         self._findings: list[Finding] = []
         self._current: TurnState | None = None
 
@@ -79,23 +82,29 @@ class ConversationProgress:
 
     def interrupted_result(self) -> ConversationResult:
         """The result of a conversation that was cancelled before it ended."""
-        turns = list(self._turns)
+        turns, answers = list(self._turns), list(self._answers)
         if self._current is not None:
             turns.append(self._current.record())  # latency_s stays None: it never ended
+            answers.append("")  # an answer cut short is none
         where = f"during turn {self._current.index}" if self._current else "between turns"
-        return self._result([*self._findings, make_finding(Verdict.INTERRUPTED, where)], turns)
+        findings = [*self._findings, make_finding(Verdict.INTERRUPTED, where)]
+        return self._result(findings, turns, answers)
 
     def _begin(self) -> None:
         self.started_at = datetime.now(UTC)
         self._started = time.monotonic()
 
-    def _finish_turn(self, state: TurnState, findings: Iterable[Finding]) -> None:
+    def _finish_turn(self, state: TurnState, findings: Iterable[Finding], *, answer: str) -> None:
         self._turns.append(state.record())
+        self._answers.append(answer)
         self._findings.extend(findings)
         self._current = None
 
     def _result(
-        self, findings: list[Finding] | None = None, turns: list[TurnRecord] | None = None
+        self,
+        findings: list[Finding] | None = None,
+        turns: list[TurnRecord] | None = None,
+        answers: list[str] | None = None,
     ) -> ConversationResult:
         findings = self._findings if findings is None else findings
         verdict = resolve_verdict(finding.verdict for finding in findings)
@@ -107,6 +116,7 @@ class ConversationProgress:
             started_at=self.started_at or datetime.now(UTC),
             finished_at=datetime.now(UTC),
             duration_s=time.monotonic() - self._started,
+            answers=tuple(self._answers if answers is None else answers),
         )
 
 
@@ -131,6 +141,7 @@ async def run_conversation(
     snapshot_wait_s: float = 5.0,
     redactor: Redactor | None = None,
     progress: ConversationProgress | None = None,
+    transcript_header: Mapping[str, Any] | None = None,
 ) -> ConversationResult:
     """Send the script's turns one after another and judge the conversation.
 
@@ -138,6 +149,7 @@ async def run_conversation(
     ``run.turn_timeout_s``); ``snapshot_wait_s`` is how long a turn's
     ``workspace_snapshots`` row may take to appear. Cancellation propagates after
     the transcript is closed; ``progress`` then holds the partial conversation.
+    ``transcript_header`` is the transcript's first line (`transcripts.transcript_header`).
     """
     turn_timeout_s = arm.run.turn_timeout_s if turn_timeout_s is None else turn_timeout_s
     conversation = _Conversation(
@@ -154,7 +166,9 @@ async def run_conversation(
         redactor=(redactor or Redactor()).with_secrets(token),
         progress=ConversationProgress() if progress is None else progress,
     )
-    return await conversation.run(script, thread_id=thread_id, transcript_path=transcript_path)
+    return await conversation.run(
+        script, thread_id=thread_id, transcript_path=transcript_path, header=transcript_header
+    )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -178,10 +192,15 @@ class _Conversation:
         self.transcript.append({"turn": state.index, "kind": kind, **fields}, at=time.time())
 
     async def run(
-        self, script: Script, *, thread_id: str, transcript_path: Path
+        self,
+        script: Script,
+        *,
+        thread_id: str,
+        transcript_path: Path,
+        header: Mapping[str, Any] | None = None,
     ) -> ConversationResult:
         self.progress._begin()
-        self.transcript = TranscriptWriter(transcript_path, redactor=self.redactor)
+        self.transcript = TranscriptWriter(transcript_path, redactor=self.redactor, header=header)
         try:
             await self._run_turns(script, thread_id)
         except asyncio.CancelledError:
@@ -220,7 +239,8 @@ class _Conversation:
             )
             self.progress._current = state
             findings = await self._run_turn(turn, state, branch_from_turn)
-            self.progress._finish_turn(state, findings)
+            answer = self.redactor.redact(state.answer)
+            self.progress._finish_turn(state, findings, answer=answer)
             if any(finding.verdict in _STOPPING for finding in findings):
                 return
             current = state.thread_id
@@ -245,6 +265,11 @@ class _Conversation:
             findings = [failure]
         else:
             findings = judge_turn(turn, state, recursion_limit=self.arm.agent.recursion_limit)
+            # What an expectation saw quotes the model, which may quote a secret.
+            state.expectations = [
+                result.model_copy(update={"seen": self.redactor.redact(result.seen)})
+                for result in state.expectations
+            ]
             snapshot_finding = await self._check_snapshot(state)
             findings += [snapshot_finding] if snapshot_finding else []
         findings = [self._redacted(finding) for finding in findings]

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 from pytest_haico.config.experiment import Arm, Turn
 from pytest_haico.driver import wire
+from pytest_haico.driver.expectations import check_expectations, describe_failure
 from pytest_haico.driver.snapshots import VLLM_PROVIDER, Snapshot
-from pytest_haico.ledger.records import ErrorInfo, TurnRecord
+from pytest_haico.ledger.records import ErrorInfo, ExpectationResult, TurnRecord
 from pytest_haico.ledger.verdicts import Verdict
 
 
@@ -38,6 +39,7 @@ class TurnState:
     steps: list[wire.Step] = field(default_factory=list)
     terminal: wire.TerminalEvent | None = None
     snapshot: Snapshot | None = None
+    expectations: list[ExpectationResult] = field(default_factory=list)
 
     @property
     def snapshot_index(self) -> int:
@@ -75,7 +77,13 @@ class TurnState:
             provider=self.snapshot.provider if self.snapshot else None,
             model_id=self.snapshot.model_id if self.snapshot else None,
             snapshot_id=self.snapshot.snapshot_id if self.snapshot else None,
+            expectations=tuple(self.expectations),
         )
+
+    @property
+    def answer(self) -> str:
+        """The turn's answer: the text of its final step ("" without a step)."""
+        return self.steps[-1].text if self.steps else ""
 
 
 def judge_stream_end(state: TurnState) -> Finding | None:
@@ -94,7 +102,11 @@ def judge_stream_end(state: TurnState) -> Finding | None:
 
 
 def judge_turn(turn: Turn, state: TurnState, *, recursion_limit: int) -> list[Finding]:
-    """The model-behaviour verdicts of a turn that ended with a complete or error event."""
+    """The model-behaviour verdicts of a turn that ended with a complete or error event.
+
+    The turn's expectations are checked whatever else went wrong, and kept in ``state``
+    (its record carries them); each failed one is a finding of its own.
+    """
     findings: list[Finding] = []
     terminal, steps = state.terminal, state.steps
     final = steps[-1] if steps else None
@@ -118,10 +130,11 @@ def judge_turn(turn: Turn, state: TurnState, *, recursion_limit: int) -> list[Fi
             f"turn {state.index} ended without an answer: the final step is empty, no tool call"
         )
         findings.append(make_finding(Verdict.BLANK_TURN, message))
-    # Only `artifact: true` is checked; `false` states no requirement.
-    if turn.expect and turn.expect.artifact and not any(step.has_artifact for step in steps):
-        message = f"turn {state.index} expected an artifact and no step produced one"
-        findings.append(make_finding(Verdict.EXPECTATION_FAILED, message))
+    state.expectations = check_expectations(turn.expect, steps)
+    for result in state.expectations:
+        if not result.passed:
+            message = describe_failure(state.index, result)
+            findings.append(make_finding(Verdict.EXPECTATION_FAILED, message))
     return findings
 
 

@@ -1,4 +1,5 @@
-"""The per-attempt transcript: every backend event as received, one redacted JSON line each."""
+"""The per-attempt transcript: a header line saying whose it is, then every backend event
+as received, one redacted JSON line each."""
 
 from __future__ import annotations
 
@@ -19,6 +20,22 @@ from pytest_haico.redact import Redactor
 # encoding its lines); a kill loses at most this much more of a transcript.
 BATCH_S = 0.5
 
+# The key that marks a transcript's first line as its header, and the header's version.
+HEADER_KEY = "haico_transcript"
+HEADER_VERSION = 1
+
+
+def transcript_header(**fields: Any) -> dict[str, Any]:
+    """A transcript's first line: `{"haico_transcript": 1, ...}` and what it belongs to
+    (an item's transcript: item_id, run_id, attempt, arm, script, repeat, nodeid,
+    thread_id, started_at). Readers of events skip it (`is_header`)."""
+    return {HEADER_KEY: HEADER_VERSION, **fields}
+
+
+def is_header(line: object) -> bool:
+    """Whether a parsed transcript line is the header rather than an event."""
+    return isinstance(line, dict) and HEADER_KEY in line
+
 
 class TranscriptWriter:
     """Appends JSON lines to one transcript file, writing them off the event loop.
@@ -29,9 +46,12 @@ class TranscriptWriter:
     thread per transcript); the job redacts, serialises, writes and flushes, so
     a kill loses little, and the file is fsynced once at ``aclose``. A write
     failure does not raise into the conversation: it is kept in ``error``.
+    A ``header`` (see `transcript_header`) is the file's first line, redacted too.
     """
 
-    def __init__(self, path: Path, *, redactor: Redactor) -> None:
+    def __init__(
+        self, path: Path, *, redactor: Redactor, header: Mapping[str, Any] | None = None
+    ) -> None:
         self.path = path
         self.error: BaseException | None = None
         self._redactor = redactor
@@ -43,6 +63,8 @@ class TranscriptWriter:
         self._stream: BinaryIO | None = None  # touched by the one job at a time only
         self._opened = False
         self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if header is not None:
+            self._pending.append((None, dict(header)))
 
     def append(self, line: Mapping[str, Any], *, at: float | None = None) -> None:
         """Queue one line (a JSON object); never blocks.

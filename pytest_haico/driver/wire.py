@@ -61,6 +61,22 @@ class Step(_Wire):
         return str(self.content)
 
     @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools this step calls (``{"name"}``, or OpenAI's
+        ``{"function": {"name"}}``); a call without a readable name is left out."""
+        names = []
+        for call in self.tool_calls:
+            if not isinstance(call, dict):
+                continue
+            function = call.get("function")
+            name = call.get("name")
+            if name is None and isinstance(function, dict):
+                name = function.get("name")
+            if isinstance(name, str):
+                names.append(name)
+        return names
+
+    @property
     def has_tool_error(self) -> bool:
         # Builds differ: a flag, an error message, or null.
         return bool(self.tool_error)

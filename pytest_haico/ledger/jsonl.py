@@ -22,7 +22,12 @@ from pytest_haico.ledger.files import (
     make_dirs,
     write_fully,
 )
-from pytest_haico.ledger.records import SCHEMA_VERSION, LedgerRecord
+from pytest_haico.ledger.records import (
+    READABLE_SCHEMAS_PATTERN,
+    SCHEMA_VERSION,
+    LedgerRecord,
+    is_readable_schema,
+)
 
 Warn = Callable[[str], None]
 
@@ -110,9 +115,11 @@ class RawRecord:
 
 
 # The fields resume needs, in the order and compact form `LedgerRecord.to_line` writes
-# them; they all precede the long `turns`. A line of another shape takes the full parse.
+# them in every readable schema; they all precede the long `turns` and the fields schema 2
+# added. A line of another shape takes the full parse.
 _RESUME_FIELDS = re.compile(
-    rb'\{"schema":1,.*?"item_id":"([0-9a-f]{64})",.*?"attempt":(\d+),'
+    rb'\{"schema":(' + READABLE_SCHEMAS_PATTERN + rb"),"
+    rb'.*?"item_id":"([0-9a-f]{64})",.*?"attempt":(\d+),'
     rb'.*?"verdict":"([a-z_]+)",.*?"finished_at":"([^"\\]*)",'
 )
 
@@ -130,7 +137,9 @@ def iter_ledger(
 
     Never raises on content and never writes: a torn last line (a kill mid-write),
     garbage, a record of an unknown future schema are each skipped with a warning
-    naming the file and the line. A file that cannot be read at all (permissions, not
+    naming the file and the line; every schema in `READABLE_SCHEMAS` is yielded as
+    written (a schema-1 record has no `tags`, `settings` or `expectations`, and string
+    identities). A file that cannot be read at all (permissions, not
     a regular file, an I/O error) raises `ResultsError`: skipping it would rerun what it
     records. With `resume_fields`, a whole line as this package writes it yields only
     item_id, attempt, verdict and finished_at, read without a full JSON parse (7x faster
@@ -184,9 +193,9 @@ def _iter_lines(
         if resume_fields and not torn and raw.endswith(b"}\n"):
             fields = _RESUME_FIELDS.match(raw)
             if fields is not None:
-                item_id, attempt, verdict, finished_at = fields.groups()
+                schema, item_id, attempt, verdict, finished_at = fields.groups()
                 data = {
-                    "schema": SCHEMA_VERSION,
+                    "schema": int(schema),
                     "item_id": item_id.decode(),
                     "attempt": int(attempt),
                     "verdict": verdict.decode(),
@@ -204,8 +213,8 @@ def _iter_lines(
             warn(f"{path}:{number}: skipped, not a JSON object")
             continue
         schema = data.get("schema")
-        if schema != SCHEMA_VERSION:
-            if isinstance(schema, int) and schema > SCHEMA_VERSION:
+        if not is_readable_schema(schema):
+            if type(schema) is int and schema > SCHEMA_VERSION:
                 warn(
                     f"{path}:{number}: skipped a record of schema {schema}, newer than "
                     f"this pytest-haico reads ({SCHEMA_VERSION}); upgrade pytest-haico"

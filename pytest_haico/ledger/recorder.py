@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from pytest_haico import __version__
+from pytest_haico.config.identity import (
+    arm_settings,
+    parse_backend_identity,
+    parse_model_identity,
+)
 from pytest_haico.config.item_list import ItemList
 from pytest_haico.config.items import ItemSpec
 from pytest_haico.config.settings import Shard
@@ -187,8 +192,10 @@ class Recorder:
                 finished_at=finished.isoformat(timespec="microseconds"),
                 duration_s=round((finished - started).total_seconds(), 6),
                 in_flight_at_start=in_flight_at_start,
-                model_identity=spec.model_identity,
-                backend_identity=spec.backend_identity,
+                model_identity=parse_model_identity(spec.model_identity),
+                backend_identity=parse_backend_identity(spec.backend_identity),
+                tags=tuple(spec.script.tags),
+                settings=arm_settings(spec.arm),
                 turns=tuple(turns),
                 error=error,
                 slurm=slurm_info(self.job),

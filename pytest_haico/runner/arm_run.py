@@ -16,7 +16,6 @@ import httpx
 
 from pytest_haico.config.cluster_env import ClusterEnv
 from pytest_haico.config.experiment import Arm
-from pytest_haico.config.items import ItemSpec
 from pytest_haico.config.settings import Profile
 from pytest_haico.driver.conversation import (
     ConversationProgress,
@@ -25,10 +24,11 @@ from pytest_haico.driver.conversation import (
     run_conversation,
 )
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
+from pytest_haico.driver.transcripts import transcript_header
 from pytest_haico.errors import DumpError, LedgerWriteError, StackError
 from pytest_haico.gates.result import GateResult, arun_gates
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
-from pytest_haico.ledger.records import ErrorInfo, LedgerRecord
+from pytest_haico.ledger.records import ErrorInfo
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.provenance.dumps import DatabaseDumps
@@ -40,6 +40,7 @@ from pytest_haico.provenance.runconfig import (
 )
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.finished import Conversation as Conversation  # re-exported
 from pytest_haico.runner.loop import Runner
 from pytest_haico.runner.preflight import GateLog
 from pytest_haico.runner.stack_gates import dynamic_gates, make_canary
@@ -74,27 +75,6 @@ class HaicoStack:
     timings: Mapping[str, ServiceTiming]
     readonly_dsn: str = field(repr=False)
     admin_token: str = field(repr=False)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A finished conversation: what the `haico_conversation` fixture gives a test."""
-
-    spec: ItemSpec
-    result: ConversationResult
-    record: LedgerRecord | None
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.record.verdict if self.record is not None else self.result.verdict
-
-    def explain(self) -> str:
-        """One line a failing assertion shows: verdict, turns, and why."""
-        turns = self.result.turns
-        text = f"{self.spec.test_id}: {self.verdict.value} after {len(turns)} turn(s)"
-        if self.result.error is not None:
-            text += f" ({self.result.error.kind}: {self.result.error.message})"
-        return text
 
 
 class ArmRun:
@@ -499,6 +479,18 @@ class ArmRun:
         spec = state.spec
         run_id = self.claim.run_id
         progress = ConversationProgress()
+        thread_id = make_thread_id(spec.item_id, run_id, state.attempt)
+        header = transcript_header(
+            item_id=spec.item_id,
+            run_id=run_id,
+            attempt=state.attempt,
+            arm=spec.arm.name,
+            script=spec.script.id,
+            repeat=spec.repeat,
+            nodeid=state.nodeid,
+            thread_id=thread_id,
+            started_at=datetime.now(UTC).isoformat(timespec="microseconds"),
+        )
         try:
             result = await run_conversation(
                 self._client,
@@ -507,11 +499,12 @@ class ArmRun:
                 endpoint_url=stack.model_endpoint,
                 arm=spec.arm,
                 script=spec.script,
-                thread_id=make_thread_id(spec.item_id, run_id, state.attempt),
+                thread_id=thread_id,
                 transcript_path=self.paths.transcript(spec.item_id, run_id, state.attempt),
                 snapshots=self._snapshots,
                 redactor=self.redactor,
                 progress=progress,
+                transcript_header=header,
             )
         except asyncio.CancelledError:
             return self._with_death(progress.interrupted_result())
@@ -606,7 +599,8 @@ class ArmRun:
             self.on_stop(str(exc))
             raise
         self.admission.observe(state.spec.stratum, result.verdict, result.duration_s)
-        return Conversation(spec=state.spec, result=result, record=record)
+        transcript = self.paths.transcript(state.spec.item_id, self.claim.run_id, state.attempt)
+        return Conversation(spec=state.spec, result=result, record=record, transcript=transcript)
 
     def _failed(self, exc: BaseException) -> ConversationResult:
         now = datetime.now(UTC)

@@ -14,6 +14,7 @@ import httpx
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.driver.conversation import run_conversation
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
+from pytest_haico.driver.transcripts import transcript_header
 from pytest_haico.errors import InfraError
 from pytest_haico.gates import backend as backend_gates
 from pytest_haico.gates import dynamic
@@ -84,6 +85,7 @@ def make_canary(
         script = Script.model_validate(
             {"id": "haico-canary", "turns": [{"user": f"Canary {call}: reply with one word."}]}
         )
+        thread_id = str(uuid.uuid4())
         result = await run_conversation(
             client,
             backend_url=backend_url,
@@ -91,11 +93,12 @@ def make_canary(
             endpoint_url=endpoint_url,
             arm=canary_arm,
             script=script,
-            thread_id=str(uuid.uuid4()),
+            thread_id=thread_id,
             transcript_path=transcripts / f"canary.{call}.jsonl",
             snapshots=snapshots,
             turn_timeout_s=CANARY_TURN_TIMEOUT_S,
             redactor=redactor,
+            transcript_header=transcript_header(canary=call, arm=arm.name, thread_id=thread_id),
         )
         if result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED):
             raise InfraError(result.error.message if result.error else result.verdict.value)

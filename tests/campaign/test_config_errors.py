@@ -364,3 +364,47 @@ def test_cluster_env_with_an_unset_variable_is_refused(
         "environment; set it, or write the value out",
     )
     assert_nothing_started(campaign)
+
+
+@pytest.mark.parametrize(
+    ("expect", "line"),
+    [
+        pytest.param(
+            "{matches: '(Crete'}",
+            "*a.yaml: turns.0.expect.matches: not a valid regular expression (missing ), "
+            "unterminated subpattern at position 0); write Python `re` syntax, and escape a "
+            "character meant literally with a backslash (\\( for '('), got '(Crete'",
+            id="bad-regex",
+        ),
+        pytest.param(
+            "{contain: Crete}",
+            "*a.yaml: turns.0.expect.contain: unknown key; valid keys here: artifact, contains, "
+            "matches, tool_called, tool_not_called, no_tool_error, max_steps",
+            id="unknown-key",
+        ),
+        pytest.param(
+            "{max_steps: '3'}",
+            "*a.yaml: turns.0.expect.max_steps: Input should be a valid integer, got '3'",
+            id="max-steps-as-text",
+        ),
+        pytest.param(
+            "{contains: 42}",
+            "*a.yaml: turns.0.expect.contains: must be a string or a non-empty list of strings, "
+            "got 42",
+            id="contains-a-number",
+        ),
+        pytest.param(
+            "{no_tool_error: 'yes'}",
+            "*a.yaml: turns.0.expect.no_tool_error: Input should be a valid boolean, got 'yes'",
+            id="no-tool-error-as-text",
+        ),
+    ],
+)
+def test_a_bad_expectation_names_file_field_value_and_fix(
+    campaign: CampaignProject, expect: str, line: str
+) -> None:
+    campaign.arm("demo")
+    campaign.scripts(
+        "a.yaml", f"id: a\nturns:\n  - user: Plan a trip to Crete.\n    expect: {expect}\n"
+    )
+    assert_usage_error(campaign.run(), line)

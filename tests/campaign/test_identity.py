@@ -12,6 +12,8 @@ from pytest_haico.config.identity import (
     backend_identity,
     item_id,
     model_identity,
+    parse_backend_identity,
+    parse_model_identity,
     source_tree,
 )
 from pytest_haico.config.settings import Profile
@@ -162,3 +164,74 @@ def test_a_backend_commands_identity_is_its_trees_commit_and_changes(tmp_path: P
     untracked = _command_identity(repo)
     assert untracked.endswith("+dirty:untracked-only")
     assert "untracked files share item ids" in (source_tree(repo).note() or "")
+
+
+def test_scripts_without_the_new_expectation_keys_keep_their_ids() -> None:
+    # Computed by the release whose only expectation was `artifact`: the keys added since
+    # are left out of the projection while a script does not set them.
+    assert identity(arm(), script()) == (
+        "b06ab568d05ea4a009866844a92ac164e595d72afe7f690db6e0e366b961f770"
+    )
+    assert identity(arm(), script(turns=[{"user": "hi"}])) == (
+        "a4ab2e2c38ea29888d4a147528843f456f0f8a61b8e823d59ccbd2456fbbd091"
+    )
+
+
+def test_each_new_expectation_key_is_part_of_the_id() -> None:
+    base = identity(arm(), script())
+    ids = {
+        identity(arm(), script(turns=[{"user": "Plan a trip.", "expect": expect}]))
+        for expect in (
+            {"contains": "Crete"},
+            {"contains": ["Crete"]},
+            {"matches": "Crete"},
+            {"tool_called": "write_document"},
+            {"tool_not_called": "write_document"},
+            {"no_tool_error": True},
+            {"max_steps": 3},
+        )
+    }
+    assert len(ids) == 7 and base not in ids
+
+
+def test_identities_read_as_the_objects_the_ledger_records(tmp_path: Path) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    (model_dir / "model.safetensors.index.json").write_text("{}")
+    empty = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+    by_path = model_identity(arm(model={"path": str(model_dir)}), profile=Profile.CLUSTER)
+    assert parse_model_identity(by_path) == {
+        "kind": "path",
+        "path": str(model_dir),
+        "config_sha256": empty,
+        "shard_index": "model.safetensors.index.json",
+        "shard_index_sha256": empty,
+    }
+    unpinned = model_identity(arm(model={"hf_id": "Qwen/Qwen2.5-7B"}), profile=Profile.CLUSTER)
+    assert parse_model_identity(unpinned) == {
+        "kind": "hf",
+        "hf_id": "Qwen/Qwen2.5-7B",
+        "revision": None,
+    }
+    endpoint = model_identity(arm(), profile=Profile.LOCAL, endpoint="http://vllm.localhost:1/v1")
+    assert parse_model_identity(endpoint) == {
+        "kind": "endpoint",
+        "endpoint": "http://vllm.localhost:1/v1",
+        "served_name": "demo",
+    }
+    assert parse_model_identity(model_identity(arm(), profile=Profile.LOCAL))["kind"] == "standin"
+    image = "docker://haico@sha256:" + "1" * 64
+    assert parse_backend_identity(
+        backend_identity(arm(), profile=Profile.CLUSTER, image=image)
+    ) == {"kind": "image", "image": image, "header_sha256": None}
+    assert parse_backend_identity(
+        backend_identity(arm(), profile=Profile.LOCAL, command="./serve {port}; echo")
+    ) == {
+        "kind": "cmd",
+        "command": "./serve {port}; echo",
+        "git_commit": None,
+        "git_dirty": False,
+        "git_diff_sha256": None,
+    }
+    assert parse_model_identity("m") == {"kind": "unknown", "text": "m"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.ledger.jsonl import LedgerWriter, iter_ledger, iter_ledger_dir
-from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.records import SCHEMA_VERSION, LedgerRecord
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict
 
@@ -36,8 +36,8 @@ def make_record(
         started_at="2026-01-01T00:00:00+00:00",
         finished_at=finished_at,
         duration_s=1.0,
-        model_identity="m",
-        backend_identity="b",
+        model_identity={"kind": "unknown", "text": "m"},
+        backend_identity={"kind": "unknown", "text": "b"},
         harness_version="0",
     )
 
@@ -66,7 +66,7 @@ def test_append_writes_one_fsynced_line_per_record(
     writer.close()
     lines = (tmp_path / "ledger" / "run.jsonl").read_text().splitlines()
     assert [json.loads(line)["item_id"] for line in lines] == ["a" * 64, "b" * 64]
-    assert json.loads(lines[0])["schema"] == 1
+    assert json.loads(lines[0])["schema"] == SCHEMA_VERSION == 2
     assert len(synced) == 2
 
 
@@ -82,15 +82,15 @@ def test_reader_skips_a_torn_last_line_with_a_warning(tmp_path: Path) -> None:
 
 def test_reader_survives_empty_garbage_and_future_schema(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(b"")
-    future = json.dumps({"schema": 2, "item_id": "x"}).encode() + b"\n"
+    future = json.dumps({"schema": 3, "item_id": "x"}).encode() + b"\n"
     (tmp_path / "b.jsonl").write_bytes(b"not json\n" + future + b"[1]\n" + make_record().to_line())
     warnings: list[str] = []
     records = list(iter_ledger_dir(tmp_path, warn=warnings.append))
     assert [r.line for r in records] == [4]
     assert warnings == [
         f"{tmp_path / 'b.jsonl'}:1: skipped not valid JSON",
-        f"{tmp_path / 'b.jsonl'}:2: skipped a record of schema 2, newer than this pytest-haico "
-        "reads (1); upgrade pytest-haico",
+        f"{tmp_path / 'b.jsonl'}:2: skipped a record of schema 3, newer than this pytest-haico "
+        "reads (2); upgrade pytest-haico",
         f"{tmp_path / 'b.jsonl'}:3: skipped, not a JSON object",
     ]
 

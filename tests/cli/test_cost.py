@@ -25,6 +25,7 @@ from pytest_haico.cli.timelimits import (
 from pytest_haico.errors import ConfigError, ResultsError
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
 from pytest_haico.ledger.verdicts import Verdict
+from tests.ledger.schema_lines import SCHEMA_1_LINE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GPU = Partition("gpu", 2 * 86400.0, False, "2-00:00:00")
@@ -61,8 +62,10 @@ def make_record(
             timespec="microseconds"
         ),
         duration_s=duration_s,
-        model_identity="m",
-        backend_identity="b",
+        model_identity={"kind": "unknown", "text": "m"},
+        backend_identity={"kind": "unknown", "text": "b"},
+        tags=("smoke",),
+        settings={"generation": {"max_tokens": 512, "temperature": 0.0}},
         turns=(turn, turn, turn),
         error=None if verdict is Verdict.COMPLETED else ErrorInfo(kind="x", message="y"),
         slurm=SlurmInfo(
@@ -536,7 +539,7 @@ def test_torn_and_garbage_lines_are_warned_and_skipped(tmp_path: Path) -> None:
     with open(path, "ab") as handle:
         handle.write(b"not json\n")
         handle.write(json.dumps(spaced).encode() + b"\n")  # another shape: the full parse
-        handle.write(b'{"schema": 2, "stratum": "long"}\n')
+        handle.write(b'{"schema": 3, "stratum": "long"}\n')
         handle.write(b'{"schema": 1, "stratum": "long"}\n')
         handle.write(make_record(5, 30.0).to_line()[:80])  # a kill mid-write
     warnings: list[str] = []
@@ -546,7 +549,7 @@ def test_torn_and_garbage_lines_are_warned_and_skipped(tmp_path: Path) -> None:
     assert (long.n, long.max_s, long.done) == (5, 20.0, 5)
     assert warnings == [
         f"{path}:5: skipped not valid JSON",
-        f"{path}:7: skipped a record of schema 2, newer than this pytest-haico reads (1); "
+        f"{path}:7: skipped a record of schema 3, newer than this pytest-haico reads (2); "
         "upgrade pytest-haico",
         f"{path}:8: skipped a record without a valid stratum, item_id, verdict or times",
         f"{path}:9: skipped a torn last line (a kill mid-write?)",
@@ -560,6 +563,26 @@ def test_lines_as_the_plugin_writes_them_take_the_fast_path() -> None:
 
     assert match is not None
     assert match.group(1, 3, 6) == (b"long", b"recursion_limit", b"12.5")
+
+
+def test_a_schema_1_line_takes_the_fast_path_and_a_future_schema_does_not(
+    tmp_path: Path,
+) -> None:
+    future = SCHEMA_1_LINE.replace(b'{"schema":1,', b'{"schema":3,')
+    assert item_costs._COST_FIELDS.match(SCHEMA_1_LINE) is not None
+    assert item_costs._COST_FIELDS.match(future) is None
+    path = write_ledger(tmp_path, [make_record(1, 12.5, stratum="default")], arm="demo")
+    with open(path, "ab") as handle:
+        handle.write(SCHEMA_1_LINE + future)
+    warnings: list[str] = []
+
+    cost = load_costs(tmp_path, warn=warnings.append)["demo", "default"]
+
+    assert (cost.n, cost.done, cost.max_s) == (2, 2, 12.5)
+    assert warnings == [
+        f"{path}:3: skipped a record of schema 3, newer than this pytest-haico reads (2); "
+        "upgrade pytest-haico"
+    ]
 
 
 def test_the_fast_path_and_the_full_parse_agree(tmp_path: Path) -> None:

@@ -228,8 +228,12 @@ def test_a_campaign_runs_on_the_cluster_profile_with_every_gate_passed_and_no_le
     assert sorted(r["script"] for r in records) == sorted(SCRIPTS)
     assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
     model_dir = project.root / "models" / "Qwen2.5-Test-Instruct"
-    assert {r["model_identity"].split(";")[0] for r in records} == {f"path:{model_dir}"}
-    assert {r["backend_identity"] for r in records} == {f"image:{BACKEND_IMAGE}"}
+    assert {(r["model_identity"]["kind"], r["model_identity"]["path"]) for r in records} == {
+        ("path", str(model_dir))
+    }
+    assert {json.dumps(r["backend_identity"]) for r in records} == {
+        json.dumps({"kind": "image", "image": BACKEND_IMAGE, "header_sha256": None})
+    }
 
     run = cluster_campaign.run_dir()
     gates = json.loads((run / "gates.json").read_text())
@@ -408,7 +412,7 @@ def test_the_backend_image_option_runs_its_build_and_gives_it_its_own_item_ids(
     assert result.ret == 0, output
     records = project.records("demo")
     assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
-    assert {r["backend_identity"] for r in records} == {f"image:{OPTION_IMAGE}"}
+    assert {r["backend_identity"]["image"] for r in records} == {OPTION_IMAGE}
     run = cluster_campaign.run_dir()
     gates = json.loads((run / "gates.json").read_text())
     assert gates["passed"] and all(gate["passed"] for gate in gates["gates"])
@@ -447,7 +451,9 @@ def test_the_backend_command_runs_on_the_host_on_the_cluster_profile(
     assert result.ret == 0, output
     records = project.records("demo")
     assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
-    assert {r["backend_identity"] for r in records} == {f"cmd:{BACKEND_AS_COMMAND};git:none"}
+    assert {
+        (r["backend_identity"]["command"], r["backend_identity"]["git_commit"]) for r in records
+    } == {(BACKEND_AS_COMMAND, None)}
     result.stdout.fnmatch_lines(["*--haico-backend-cmd runs in *not a git checkout*"])
     run = cluster_campaign.run_dir()
     gates = json.loads((run / "gates.json").read_text())
@@ -513,9 +519,9 @@ def test_a_cluster_campaign_attaches_to_a_served_model_without_starting_vllm(
     assert result.ret == 0, output
     records = project.records("demo")
     assert [r["verdict"] for r in records] == ["completed"] * len(SCRIPTS), output
-    assert {r["model_identity"] for r in records} == {
-        f"endpoint:{endpoint};served_name:{SERVED_NAME}"
-    }
+    assert [r["model_identity"] for r in records] == [
+        {"kind": "endpoint", "endpoint": endpoint, "served_name": SERVED_NAME}
+    ] * len(records)
     assert not tripwire.exists()
     run = cluster_campaign.run_dir()
     assert not (run / "logs" / "llm.log").exists()

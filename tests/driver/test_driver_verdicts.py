@@ -171,7 +171,7 @@ async def test_missing_artifact_fails_the_expectation(converse: Converse) -> Non
     done = await converse(FakeBackend(answer(), answer()), script)
     assert done.result.verdict is Verdict.EXPECTATION_FAILED
     assert done.result.error is not None
-    assert done.result.error.message.startswith("turn 1 expected an artifact")
+    assert done.result.error.message == "turn 1: expected an artifact, got no artifact in 1 step"
 
 
 async def test_artifact_in_any_step_meets_the_expectation(converse: Converse) -> None:

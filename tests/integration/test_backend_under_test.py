@@ -63,11 +63,22 @@ def test_the_stand_in_backend_run_as_a_command_gives_the_built_in_verdicts(
     as_command.stdout.fnmatch_lines(["*--haico-backend-cmd runs in *not a git checkout*"])
     after = _verdicts(campaign)
     assert {arm: after[arm] - expected[arm] for arm in ARMS} == expected
-    identities = Counter(r["backend_identity"] for arm in ARMS for r in campaign.records(arm))
-    assert identities == {
-        f"standin:pytest_haico.standins.backend@{pytest_haico.__version__}": 4,
-        f"cmd:{STANDIN_AS_COMMAND};git:none": 4,
+    identities = Counter(
+        json.dumps(r["backend_identity"]) for arm in ARMS for r in campaign.records(arm)
+    )
+    standin = {
+        "kind": "standin",
+        "module": "pytest_haico.standins.backend",
+        "version": pytest_haico.__version__,
     }
+    command = {
+        "kind": "cmd",
+        "command": STANDIN_AS_COMMAND,
+        "git_commit": None,
+        "git_dirty": False,
+        "git_diff_sha256": None,
+    }
+    assert identities == {json.dumps(standin): 4, json.dumps(command): 4}
 
     # The same build again: the same item ids, all done.
     again = campaign.run_subprocess(
@@ -106,9 +117,9 @@ def test_a_campaign_attaches_to_a_model_server_that_already_runs(
     assert result.ret == 0, result.stdout.str()
     records = campaign.records("demo")
     assert [r["verdict"] for r in records] == ["completed", "completed"]
-    assert {r["model_identity"] for r in records} == {
-        f"endpoint:{endpoint};served_name:shared-model"
-    }
+    assert [r["model_identity"] for r in records] == [
+        {"kind": "endpoint", "endpoint": endpoint, "served_name": "shared-model"}
+    ] * 2
     (run,) = (campaign.arm_dir("demo") / "runs").iterdir()
     services = json.loads((run / "services.json").read_text())["services"]
     assert "llm" not in {s["name"] for s in services}

@@ -94,7 +94,15 @@ def test_a_run_writes_gates_json_with_every_gate_passed_and_the_canary_transcrip
     assert gate_names(document) == STATIC + DYNAMIC
     assert all(gate["passed"] and gate["detail"] for gate in document["gates"])
     assert (run / "gates.json").stat().st_mode & 0o777 == 0o640
-    canary = [json.loads(line) for line in (run / "canary.1.jsonl").read_text().splitlines()]
+    header, *canary = [
+        json.loads(line) for line in (run / "canary.1.jsonl").read_text().splitlines()
+    ]
+    assert header == {
+        "haico_transcript": 1,
+        "canary": 1,
+        "arm": "demo",
+        "thread_id": canary[0]["body"]["thread_id"],
+    }
     assert canary[0]["kind"] == "request"
     assert "Canary 1: reply with one word." in json.dumps(canary[0])
     # The canary is no item: nothing of it is in the ledger or among the transcripts.

@@ -122,11 +122,20 @@ def test_a_branch_turn_forks_the_thread(verdict_run: VerdictRun) -> None:
         / "transcripts"
         / (f"{record['item_id']}.{record['run_id']}.{record['attempt']}.jsonl")
     )
-    snapshots = [
-        json.loads(line)["snapshot"]
-        for line in transcript.read_text().splitlines()
-        if json.loads(line)["kind"] == "snapshot"
-    ]
+    header, *events = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert header == {
+        "haico_transcript": 1,
+        "item_id": record["item_id"],
+        "run_id": record["run_id"],
+        "attempt": record["attempt"],
+        "arm": "helpful",
+        "script": "doc",
+        "repeat": 0,
+        "nodeid": record["nodeid"],
+        "thread_id": turns[0]["thread_id"],
+        "started_at": header["started_at"],
+    }
+    snapshots = [event["snapshot"] for event in events if event["kind"] == "snapshot"]
     assert snapshots[2]["branch_from"] == 0
     assert snapshots[2]["thread_id"] == turns[2]["thread_id"]
 

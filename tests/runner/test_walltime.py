@@ -119,8 +119,8 @@ def make_record(stratum: str, verdict: Verdict, duration_s: float, item: int) ->
         started_at="2026-01-01T00:00:00+00:00",
         finished_at="2026-01-01T00:00:01+00:00",
         duration_s=duration_s,
-        model_identity="m",
-        backend_identity="b",
+        model_identity={"kind": "unknown", "text": "m"},
+        backend_identity={"kind": "unknown", "text": "b"},
         harness_version="0",
     )
 
