@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -196,6 +197,38 @@ class CampaignProject:
         """Run pytest in a subprocess: for a real stack, a real interrupt, or a run that
         might block."""
         return self.pytester.runpytest_subprocess(*self._args(args), timeout=timeout)
+
+    def run_on_terminal(self, *args: str, timeout: float = 120) -> tuple[int, str]:
+        """Run pytest in a subprocess whose stdin, stdout and stderr are a pseudo-terminal
+        (what a user at a terminal has); its exit status and its output, newlines as "\\n"."""
+        master, slave = os.openpty()
+        try:
+            process = self.pytester.popen(
+                [sys.executable, "-m", "pytest", *self._args(args)],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+            )
+        finally:
+            os.close(slave)
+        chunks: list[bytes] = []
+        try:
+            while True:
+                ready, _, _ = select.select([master], [], [], timeout)
+                if not ready:
+                    process.kill()
+                    pytest.fail(f"pytest on a terminal printed nothing for {timeout} s")
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the child's side is closed, everything was read
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            status = process.wait(timeout=timeout)
+        finally:
+            os.close(master)
+        return status, b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
 
     def start(
         self,

@@ -4,11 +4,14 @@ verdict recorded, the summary written and the exit code set."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
 from pytest_haico.campaign.checks import XDIST_MESSAGE
+from pytest_haico.campaign.failures import compact_failure
 from pytest_haico.campaign.selection import Selection, Selector
 from pytest_haico.campaign.signals import SessionSignals
 from pytest_haico.campaign.summary import exit_status, write_summary
@@ -33,6 +36,7 @@ from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.arm_runs import ArmRuns
 
 ITEM_PARAM = "haico_item"
+_log = logging.getLogger(__name__)
 
 
 class CampaignPlugin:
@@ -192,7 +196,7 @@ class CampaignPlugin:
                 message = str(exc) or "the session was interrupted"
                 # A failed write must not hide the interrupt; the recorder keeps the failure.
                 with contextlib.suppress(LedgerWriteError), self.signals.deferred():
-                    self.recorder.record(
+                    self._record(
                         state,
                         Verdict.INTERRUPTED,
                         error=ErrorInfo(kind="interrupted", message=message),
@@ -208,27 +212,66 @@ class CampaignPlugin:
         if report.when == "call" or not report.passed:
             self._reported.add(item.nodeid)
         state = item.stash.get(ATTEMPT_KEY, None)
-        if state is None or state.recorded is not None:
+        if state is None:
             return report
-        if call.excinfo is not None and isinstance(call.excinfo.value, StackError):
-            return report  # the arm's stack is not up: no conversation ran, none is recorded
-        if call.excinfo is not None and isinstance(call.excinfo.value, LedgerWriteError):
-            return report  # the runner could not record it: the run is stopping
-        verdict = _verdict_of(report, call)
-        if verdict is not None:
-            error = None
-            if call.excinfo is not None and verdict is not Verdict.COMPLETED:
-                # The recorder redacts, then caps the message.
-                error = ErrorInfo(kind=call.excinfo.typename, message=str(call.excinfo.value))
-            try:
-                with self.signals.deferred():
-                    self.recorder.record(state, verdict, error=error)
-            except LedgerWriteError as exc:
-                # Not on disk, so not passed: the item runs again on the next run.
-                report.outcome = "failed"
-                report.longrepr = f"haico: {exc}"
-                item.session.shouldstop = "haico: a ledger record could not be written"
+        if state.recorded is None:
+            self._record_report(item, call, report, state)
+        if report.failed and not isinstance(report.longrepr, str):  # a ledger failure's is
+            compact_failure(
+                item,
+                call,
+                report,
+                verdict=state.recorded.value if state.recorded is not None else None,
+                transcript=self._transcript(state),
+            )
         return report
+
+    def _record_report(
+        self,
+        item: pytest.Item,
+        call: pytest.CallInfo[None],
+        report: pytest.TestReport,
+        state: ItemAttempt,
+    ) -> None:
+        """The record of an item whose work was not the runner's conversation (or that
+        failed before it started), from its report."""
+        if call.excinfo is not None and isinstance(call.excinfo.value, StackError):
+            return  # the arm's stack is not up: no conversation ran, none is recorded
+        if call.excinfo is not None and isinstance(call.excinfo.value, LedgerWriteError):
+            return  # the runner could not record it: the run is stopping
+        verdict = _verdict_of(report, call)
+        if verdict is None:
+            return
+        error = None
+        if call.excinfo is not None and verdict is not Verdict.COMPLETED:
+            # The recorder redacts, then caps the message.
+            error = ErrorInfo(kind=call.excinfo.typename, message=str(call.excinfo.value))
+        try:
+            with self.signals.deferred():
+                self._record(state, verdict, error=error)
+        except LedgerWriteError as exc:
+            # Not on disk, so not passed: the item runs again on the next run.
+            report.outcome = "failed"
+            report.longrepr = f"haico: {exc}"
+            item.session.shouldstop = "haico: a ledger record could not be written"
+
+    def _record(self, state: ItemAttempt, verdict: Verdict, *, error: ErrorInfo | None) -> None:
+        """Record the attempt, and tell the job log (the runner tells it of its own)."""
+        record = self.recorder.record(state, verdict, error=error)
+        observer = self.sessions.observer
+        if record is not None and observer is not None:
+            try:
+                observer.recorded(state, record)
+            except Exception:  # the record is on disk: telling of it must not undo that
+                _log.exception("haico: the job log failed on a record")
+
+    def _transcript(self, state: ItemAttempt) -> Path | None:
+        """Where the attempt's transcript is, if this run claimed the arm's run directory."""
+        arm = state.spec.arm.name
+        if arm not in self.recorder.ledger_paths():
+            return None  # never claimed: nothing of it was written
+        run_id = self.recorder.claim(arm).run_id  # claimed already: no side effect
+        return self.recorder.paths(arm).transcript(state.spec.item_id, run_id, state.attempt)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         write_summary(

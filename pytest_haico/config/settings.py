@@ -31,6 +31,15 @@ class Profile(enum.StrEnum):
     CLUSTER = "cluster"
 
 
+class ProgressMode(enum.StrEnum):
+    """What a run prints per item: a line per finished conversation when the output is not a
+    terminal (a batch job's log), pytest's own dots on one, or pytest's own always."""
+
+    AUTO = "auto"
+    LINES = "lines"
+    OFF = "off"
+
+
 class ExitMode(enum.StrEnum):
     """Exit-code semantics: pytest's own, or the campaign's (0 done, 75 resubmit, 78 no stack)."""
 
@@ -134,6 +143,13 @@ OPTIONS = (
         "http://vllm.localhost:8000/v1; key from $HAICO_MODEL_API_KEY) instead of starting one",
         "URL",
     ),
+    Option(
+        "progress",
+        "per-item output: auto (the default: a line per finished conversation, with ETA, when "
+        "the output is not a terminal; pytest's dots on one), lines (always), off (pytest's "
+        "own); -q and -v always give pytest's own",
+        "auto|lines|off",
+    ),
     Option("attach", "not available in this version", "FILE"),
     Option(
         "results_mode",
@@ -168,6 +184,7 @@ class Settings:
     drain_timeout: float
     dump_interval: float
     exit_mode: ExitMode
+    progress: ProgressMode
     gates_only: bool
     backend_image: str | None
     backend_cmd: str | None
@@ -290,6 +307,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         drain_timeout=r.get("drain_timeout", _float_parser(minimum=0.0), 120.0),
         dump_interval=r.get("dump_interval", _float_parser(minimum=0.0), 900.0),
         exit_mode=r.get("exit", _enum_parser(ExitMode), ExitMode.STRICT),
+        progress=r.get("progress", _enum_parser(ProgressMode), ProgressMode.AUTO),
         gates_only=r.get("gates_only", _parse_bool, False),
         backend_image=r.get("backend_image", _parse_text, None),
         backend_cmd=r.get("backend_cmd", _parse_command, None),

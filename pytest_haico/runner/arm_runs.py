@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.observer import ArmRunsObserver, ObservedRecorder
 from pytest_haico.runner.skips import is_skipped_by_marks
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class ArmRuns:
         self._attempts: dict[str, list[ItemAttempt]] = {}
         self._gated: dict[str, list[ItemSpec]] = {}  # --haico-gates-only: the arm's items
         self._last_nodeid: dict[str, str] = {}
+        self.observer: ArmRunsObserver | None = None
 
     def plan(self, session: pytest.Session, items: Sequence[pytest.Item]) -> None:
         """Remember, per arm, which attempts to keep in flight and where the arm's items end.
@@ -118,10 +121,10 @@ class ArmRuns:
             return  # a drain or SIGTERM came between two arms: nothing new starts
         self._gated[arm] = list(specs)
         try:
-            session = self._start(arm, gates_only=True)
+            self._start(arm, gates_only=True)
         except StackError:
             return
-        session.stop(final_dump=False)
+        self._stop(arm, final_dump=False)
 
     @property
     def runs(self) -> Mapping[str, ArmRun]:
@@ -140,7 +143,7 @@ class ArmRuns:
         """Stop the stack of the arm whose last item this was."""
         for arm, last in self._last_nodeid.items():
             if last == item.nodeid and arm in self._sessions:
-                self._sessions[arm].stop()
+                self._stop(arm)
 
     def elapsed_s(self, arm: str) -> float | None:
         """How long the arm's stack was up, stack start and stop included."""
@@ -150,9 +153,9 @@ class ArmRuns:
     def stop_all(self) -> None:
         """Stop every arm: at the session's end, or at once on an interrupt."""
         self.tearing_down = True
-        for arm, session in self._sessions.items():
+        for arm in self._sessions:
             try:
-                session.stop(final_dump=self.emergency is None)
+                self._stop(arm, final_dump=self.emergency is None)
             except Exception:  # one arm's cleanup must not keep the others running
                 _log.exception("haico: stopping the stack of arm %s", arm)
 
@@ -236,19 +239,24 @@ class ArmRuns:
         its conversations queued. A signal meanwhile is raised here, once the start ended."""
         self._launching = True
         session: ArmRun | None = None
+        began = time.monotonic()
+        self._tell("stack_starting", arm)
         try:
             session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
+            self._tell("stack_started", arm, seconds=time.monotonic() - began, error=str(exc))
             if self.start_interrupt is None:
                 raise StackError(self._fail(arm, exc)) from None
             session = self._sessions.get(arm)
+        else:
+            self._tell("stack_started", arm, seconds=time.monotonic() - began, error=None)
         finally:
             self._launching = False
             self._starting = None
         interrupt, self.start_interrupt = self.start_interrupt, None
         if interrupt is not None:
             if session is not None:
-                session.stop(final_dump=False)  # idempotent: a start that raised stopped all
+                self._stop(arm, final_dump=False)  # idempotent: a start that raised stopped all
             raise interrupt
         assert session is not None
         if not gates_only:
@@ -299,10 +307,13 @@ class ArmRuns:
         # the driver, httpx, psycopg).
         from pytest_haico.runner.arm_run import ArmRun
 
+        recorder = self.recorder
+        if self.observer is not None:
+            recorder = cast("Recorder", ObservedRecorder(recorder, self.observer))
         session = ArmRun(
             self.arms[arm],
             concurrency=settings.concurrency or self.arms[arm].run.concurrency,
-            recorder=self.recorder,
+            recorder=recorder,
             # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
             breaker=CircuitBreaker(),
             on_stop=self._stop_early,
@@ -322,6 +333,25 @@ class ArmRuns:
         self._starting = session
         session.start()
         return session
+
+    def _stop(self, arm: str, *, final_dump: bool = True) -> None:
+        """Stop the arm's run (once: a stopped run's stop does nothing), and tell so."""
+        session = self._sessions[arm]
+        if session.stopped:
+            return
+        try:
+            session.stop(final_dump=final_dump)
+        finally:
+            self._tell("stack_stopped", arm, seconds=session.elapsed_s)
+
+    def _tell(self, event: str, arm: str, **details: Any) -> None:
+        """Tell the observer, if any; its failure is logged, never raised into the run."""
+        if self.observer is None:
+            return
+        try:
+            getattr(self.observer, event)(arm, **details)
+        except Exception:
+            _log.exception("haico: the arm runs' observer failed on %s", event)
 
     def _fail(self, arm: str, error: StackError) -> str:
         """Record why the arm cannot run (a gate, its stack); the first is the session's."""

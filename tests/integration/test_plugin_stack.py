@@ -164,6 +164,19 @@ def test_a_failed_start_exits_78_with_the_log_tail_and_writes_no_record(
     assert result.ret == 78, result.stdout.str() + result.stderr.str()
     assert "the stack of arm demo did not start" in result.stdout.str()
     assert "backend: cannot read its configuration" in result.stdout.str()
+    # The job log says so at once; the item's error is one line, not the fixture's source.
+    result.stdout.fnmatch_lines(
+        [
+            "haico: demo stack failed after *.* s: backend exited with status 3 before it was "
+            "healthy (pid *, port *, attempt 1) (the haico summary has the rest)",
+            "*_ ERROR at setup of test_conversation[[]demo-s0-r0[]] _*",
+            "StackError: the stack of arm demo did not start: backend exited with status 3 "
+            "before it was healthy (pid *, port *, attempt 1)",
+            "*= haico =*",
+        ]
+    )
+    assert "def haico_conversation" not in result.stdout.str()
+    assert "haico: demo stack stopped" not in result.stdout.str()
     assert campaign.records("demo") == []
     services = json.loads(
         (next((campaign.arm_dir("demo") / "runs").iterdir()) / "services.json").read_text()

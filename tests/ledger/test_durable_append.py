@@ -95,7 +95,7 @@ def test_a_full_ledger_file_system_stops_the_campaign_with_75_and_records_nothin
     assert full.ret == 75
     full.stdout.fnmatch_lines(
         [
-            "*test_conversations.py F*",
+            "demo a-r0 failed *.* s",
             "*= haico =*",
             f"stopped (exit 75): cannot make a record durable in the ledger {ledger_dir}/"
             f"local-*.1.jsonl: {ENOSPC} on the file system mounted at {ledger_dir} (tmpfs "

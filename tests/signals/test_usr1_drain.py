@@ -68,6 +68,11 @@ def test_what_outlasts_the_drain_timeout_is_cancelled_and_recorded_interrupted(
         "drained (exit 75): SIGUSR1: draining: 2 conversation(s) in flight were given "
         "--haico-drain-timeout 2 s, then cancelled; 2 recorded interrupted, 4 not started"
     ) in run.output()
+    # The job log: what ended in the drain has no ETA, what is left will not run in this job.
+    ended = [line for line in run.output().splitlines() if line.startswith("[")]
+    assert [line.split(" · ")[-1] for line in ended] == ["stopping", "stopping"], run.output()
+    assert all(line.startswith(("[1/6] demo ", "[2/6] demo ")) for line in ended), ended
+    assert all(" interrupted " in line for line in ended), ended
     run_path = run_dir(campaign)
     (final,) = dumps(run_path, "final")
     assert restorable(final)

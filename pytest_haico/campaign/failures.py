@@ -1,0 +1,128 @@
+"""A haico item's failure in a few lines: the conversation's explanation (which turn, which
+verdict, why) once, and where its transcript is; an infrastructure error without the source
+of the fixture that raised it. A user's own assertion is left as pytest shows it, and so is
+everything under --tb=long, --tb=native or --full-trace (pytest's whole traceback)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from pytest_haico.errors import InfraError, StackError
+
+# The styles in which a haico failure is its explanation; the others are pytest's own.
+COMPACT_STYLES = ("auto", "short", "line", "no")
+
+
+class _Writer(Protocol):
+    def line(self, s: str = "", **markup: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class Crash:
+    """What pytest's short summary and --tb=line show of a failure (its `reprcrash`)."""
+
+    path: str
+    lineno: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.lineno}: {self.message}"
+
+
+@dataclass(frozen=True)
+class CompactFailure:
+    """A failure's report as a few lines (pytest's `longrepr`); the first is its headline."""
+
+    lines: tuple[str, ...]
+    reprcrash: Crash
+
+    def toterminal(self, tw: _Writer) -> None:
+        for index, line in enumerate(self.lines):
+            if index == 0:
+                tw.line(line, red=True, bold=True)
+            else:
+                tw.line(line)
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def compact_failure(
+    item: pytest.Item,
+    call: pytest.CallInfo[None],
+    report: pytest.TestReport,
+    *,
+    verdict: str | None,
+    transcript: Path | None,
+) -> None:
+    """Replace a failed haico item's report with its explanation, when the failure is
+    haico's own: the assertion on the conversation's `explain()`, or an infrastructure or
+    stack error. `verdict` is the item's recorded one (the short summary's word)."""
+    config = item.config
+    if not report.failed or call.excinfo is None or config.option.fulltrace:
+        return
+    if config.option.tbstyle not in COMPACT_STYLES:
+        return
+    explanation = _explanation(item, call.excinfo)
+    if explanation is None:
+        return
+    lines = explanation.splitlines() or [explanation]
+    if transcript is not None and transcript.is_file():
+        shown = _shown_path(transcript, config.invocation_params.dir)
+        if shown not in explanation and str(transcript) not in explanation:
+            lines.append(f"transcript: {shown}")
+    path, lineno = item.location[0], (item.location[1] or 0) + 1
+    # The short summary line ends on the verdict alone (on CI pytest would print the whole
+    # message there: the explanation twice); --tb=line shows the headline.
+    headline = lines[0] if config.option.tbstyle == "line" else verdict or call.excinfo.typename
+    report.longrepr = CompactFailure(tuple(lines), Crash(path, lineno, headline))  # type: ignore[assignment]
+
+
+def _explanation(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
+    """The failure's explanation when it is haico's own, else None (pytest's report stays)."""
+    error = excinfo.value
+    if isinstance(error, StackError):
+        # The same message for every item of the arm; the haico summary shows it whole.
+        return f"{excinfo.typename}: {headline(str(error))}"
+    if isinstance(error, InfraError):
+        return f"{excinfo.typename}: {error}"
+    if not isinstance(error, AssertionError | pytest.fail.Exception):
+        return None
+    conversation: Any = getattr(item, "funcargs", {}).get("haico_conversation")
+    explain = getattr(conversation, "explain", None)
+    if explain is None:
+        return None
+    explanation = str(explain())
+    if not _starts_with(str(error), explanation):
+        return None  # the user's own assertion (or message): pytest shows it
+    return explanation
+
+
+def headline(message: str) -> str:
+    """A message's first line without the log tail it announces (`...; last lines of
+    <log>:`): what a one-line report of it shows."""
+    first = message.splitlines()[0] if message else message
+    if first.endswith(":") and "; " in first:
+        first = first.rsplit("; ", 1)[0]
+    return first
+
+
+def _starts_with(message: str, explanation: str) -> bool:
+    """Whether an assertion's message is the explanation (pytest's assertion rewriting
+    re-indents the lines of a message and appends its own)."""
+    wanted = [line.strip() for line in explanation.splitlines()]
+    got = [line.strip() for line in message.splitlines()]
+    return bool(wanted) and got[: len(wanted)] == wanted
+
+
+def _shown_path(path: Path, here: Path) -> str:
+    """The path relative to where pytest started, when it is under it; else absolute."""
+    try:
+        return os.path.relpath(path, here) if path.is_relative_to(here) else str(path)
+    except ValueError:
+        return str(path)
