@@ -42,12 +42,13 @@ from pytest_haico.errors import (
 if TYPE_CHECKING:
     from pytest_haico.config.items import ItemSpec
     from pytest_haico.ledger.verdicts import Outcome, Verdict
-    from pytest_haico.runner.arm_run import Conversation, HaicoStack
+    from pytest_haico.runner.arm_run import HaicoStack
+    from pytest_haico.runner.finished import Conversation
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Conversation": "pytest_haico.runner.arm_run",
+    "Conversation": "pytest_haico.runner.finished",
     "HaicoStack": "pytest_haico.runner.arm_run",
     "ItemSpec": "pytest_haico.config.items",
     "Outcome": "pytest_haico.ledger.verdicts",

@@ -20,6 +20,9 @@ from pytest_haico.ledger.files import make_dirs, write_new_file
 SUBMISSIONS_DIR = "submissions"
 MANIFEST_FILE = "submission.json"
 SCRIPT_FILE = "campaign.sbatch"
+# The batch script this package ships (the repository's sbatch/campaign.sbatch links to it):
+# submitted unless the project has its own sbatch/campaign.sbatch or --sbatch names one.
+PACKAGED_SCRIPT = Path(__file__).parent / "files" / SCRIPT_FILE
 # pytest's configuration files, in the order pytest looks for them in a directory.
 _INI_FILES = (
     ("pytest.ini", None),
@@ -62,12 +65,11 @@ class Sources:
             cluster_env = experiments / "cluster.env"
         if cluster_env is not None and not cluster_env.is_file():
             raise InputsError(f"the cluster.env {cluster_env} is no file: pass an existing one")
-        script = script or project / "sbatch" / SCRIPT_FILE
+        if script is None:
+            own = project / "sbatch" / SCRIPT_FILE
+            script = own if own.is_file() else PACKAGED_SCRIPT
         if not script.is_file():
-            raise InputsError(
-                f"the batch script {script} does not exist: copy sbatch/campaign.sbatch of "
-                "pytest-haico into the project, or pass --sbatch FILE"
-            )
+            raise InputsError(f"the batch script {script} does not exist: pass an existing one")
         ini_file = next(
             (
                 project / name

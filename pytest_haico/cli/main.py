@@ -3,6 +3,9 @@
     haico cost <results>/<campaign> [--concurrency N] [--margin 1.5]
     haico submit <campaign> --stage smoke|full [--arm A] [--time T] [--tasks N] [--dry-run]
     haico continue <campaign> [--tasks M] [--dry-run]
+    haico report <results>/<campaign> [--html out.html]
+    haico compare <A> <B> [--exit-on-regression]
+    haico init <dir>
 
 Every error is one line on stderr and exit 2; nothing here prints a traceback.
 """
@@ -69,7 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--profile", choices=("local", "cluster"), help="default: cluster with a cluster.env"
     )
-    submit.add_argument("--sbatch", type=Path, help="default: <project>/sbatch/campaign.sbatch")
+    submit.add_argument(
+        "--sbatch",
+        type=Path,
+        help="default: <project>/sbatch/campaign.sbatch, else the one pytest-haico ships",
+    )
     _add_job_options(submit)
     _add_project_options(submit)
     submit.set_defaults(run=_run_submit)
@@ -82,6 +89,38 @@ def _parser() -> argparse.ArgumentParser:
     _add_job_options(cont)
     _add_project_options(cont)
     cont.set_defaults(run=_run_continue)
+
+    report = commands.add_parser(
+        "report", help="verdicts, turns, latency, tokens and provenance per arm × stratum"
+    )
+    report.add_argument("campaign", help="the campaign directory, <results>/<campaign>")
+    report.add_argument(
+        "--html", type=Path, metavar="FILE", help="also write a self-contained HTML report"
+    )
+    report.set_defaults(run=_run_report)
+
+    compare = commands.add_parser(
+        "compare", help="verdict changes, latency and token deltas, provenance differences"
+    )
+    compare.add_argument(
+        "a",
+        metavar="A",
+        help="baseline: a campaign or arm directory, a run (DIR@RUN_ID, "
+        "<arm>/runs/<run_id> or <arm>/ledger/<run_id>.jsonl)",
+    )
+    compare.add_argument("b", metavar="B", help="the one compared with A, in the same forms")
+    compare.add_argument(
+        "--exit-on-regression",
+        action="store_true",
+        help="exit 1 when an item completed in A and not in B",
+    )
+    compare.set_defaults(run=_run_compare)
+
+    init = commands.add_parser(
+        "init", help="write a new experiments repository that runs on the local profile"
+    )
+    init.add_argument("dir", type=Path, help="a new (or empty) directory")
+    init.set_defaults(run=_run_init)
     return parser
 
 
@@ -159,6 +198,20 @@ def _site_value(args: argparse.Namespace, key: str) -> str | None:
     return load_cluster_env(path).get(key) if path.is_file() else None
 
 
+def _run_init(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.init import init
+
+    target = Path(args.dir)
+    for path in init(target):
+        print(f"haico: wrote {path}")
+    print(
+        f"haico: next: cd {target} && pytest experiments (the local profile: a real "
+        "Postgres and the stand-ins); then, on a cluster, haico submit <campaign> --stage "
+        "smoke --dry-run"
+    )
+    return 0
+
+
 def _run_cost(args: argparse.Namespace) -> int:
     from pytest_haico.cli import cost, slurm
     from pytest_haico.cli.timelimits import Partition, read_partitions
@@ -224,6 +277,29 @@ def _run_continue(args: argparse.Namespace) -> int:
         submission = newest_submission(campaign_dir)
     print(f"haico: submission {submission.name} ({submission.digest})")
     return continue_(submission, _request(args), say=print)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.report import run_report
+
+    return run_report(
+        Path(args.campaign),
+        html=args.html,
+        say=print,
+        warn=lambda message: print(f"haico: {message}", file=sys.stderr),
+    )
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.compare import run_compare
+
+    return run_compare(
+        args.a,
+        args.b,
+        exit_on_regression=args.exit_on_regression,
+        say=print,
+        warn=lambda message: print(f"haico: {message}", file=sys.stderr),
+    )
 
 
 def _request(args: argparse.Namespace) -> Request:

@@ -1,0 +1,219 @@
+"""What `haico report` and `haico compare` show, computed from the results API: figures per
+arm × stratum, each run's start-up and provenance."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pytest_haico.results import Record, Results
+
+# The verdicts of attempts that ran to their own end, so their duration is the item's
+# time (as `ledger.item_times.MEASURED_VERDICTS`, kept as text here).
+MEASURED = frozenset({"completed", "expectation_failed", "recursion_limit", "blank_turn"})
+FAILED = frozenset(
+    {"substituted", "recursion_limit", "blank_turn", "expectation_failed", "gave_up"}
+)
+VERDICT_ORDER = (
+    "completed",
+    "expectation_failed",
+    "blank_turn",
+    "recursion_limit",
+    "substituted",
+    "gave_up",
+    "infra_error",
+    "rate_limited",
+    "interrupted",
+)
+# Run-config keys shown as each run's provenance, in this order, when present.
+PROVENANCE_KEYS = (
+    "NODE",
+    "HARNESS_VERSION",
+    "MODEL_IDENTITY",
+    "BACKEND_IDENTITY",
+    "VLLM_VERSION",
+    "POSTGRES_VERSION",
+    "EXPERIMENTS_GIT_COMMIT",
+    "EXPERIMENTS_GIT_DIRTY",
+    "GPUS",
+)
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    """Nearest-rank percentile (as `haico cost`); None for no values."""
+    if not values:
+        return None
+    ranked = sorted(values)
+    return ranked[max(math.ceil(share * len(ranked)) - 1, 0)]
+
+
+def turn_totals(record: Record) -> tuple[int, float, int, int]:
+    """Turns, latency seconds, tokens in and tokens out of one record's turns."""
+    latency = 0.0
+    tokens_in = tokens_out = 0
+    turns = record.data.get("turns")
+    if not isinstance(turns, list):
+        return 0, 0.0, 0, 0
+    for turn in turns:
+        if isinstance(turn, dict):
+            latency += turn.get("latency_s") or 0.0
+            tokens_in += turn.get("tokens_in") or 0
+            tokens_out += turn.get("tokens_out") or 0
+    return len(turns), latency, tokens_in, tokens_out
+
+
+@dataclass
+class Cell:
+    """The figures of one arm × stratum; verdicts, turns and tokens are of each item's
+    newest record, retries count every record after an item's first."""
+
+    arm: str
+    stratum: str
+    items: int = 0
+    attempts: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+    turns: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    durations: list[float] = field(default_factory=list)
+    adaptations: int = 0
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - self.items
+
+    @property
+    def gave_up(self) -> int:
+        return self.verdicts.get("gave_up", 0)
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.durations) if self.durations else None
+
+    @property
+    def p95_s(self) -> float | None:
+        return percentile(self.durations, 0.95)
+
+    def verdict_text(self) -> str:
+        known = [v for v in VERDICT_ORDER if v in self.verdicts]
+        other = sorted(set(self.verdicts) - set(known))
+        return ", ".join(f"{self.verdicts[v]} {v}" for v in known + other)
+
+
+@dataclass
+class RunInfo:
+    """One run of an arm: its start-up (claim to first item) and run-config values."""
+
+    arm: str
+    run_id: str
+    records: int
+    startup_s: float | None
+    config: dict[str, str]
+    adaptations: list[str]
+
+
+@dataclass
+class Report:
+    results: Results
+    cells: list[Cell]
+    runs: list[RunInfo]
+    newest: list[Record]
+    # Whether any record carries an `adaptations` field (schema 2 may add one).
+    recorded_adaptations: bool
+
+
+def build_report(results: Results) -> Report:
+    """The figures of every arm × stratum and every run."""
+    newest = results.newest()
+    cells: dict[tuple[str, str], Cell] = {}
+    for record in results.records:
+        key = (record.arm, record.stratum)
+        cell = cells.get(key) or cells.setdefault(key, Cell(*key))
+        cell.attempts += 1
+    recorded = False
+    for record in newest:
+        cell = cells[(record.arm, record.stratum)]
+        cell.items += 1
+        verdict = record.verdict
+        cell.verdicts[verdict] = cell.verdicts.get(verdict, 0) + 1
+        turns, _, tokens_in, tokens_out = turn_totals(record)
+        cell.turns += turns
+        cell.tokens_in += tokens_in
+        cell.tokens_out += tokens_out
+        duration = record.data.get("duration_s")
+        if verdict in MEASURED and isinstance(duration, int | float):
+            cell.durations.append(float(duration))
+        adaptations = record.data.get("adaptations")
+        if adaptations is not None:
+            recorded = True
+            cell.adaptations += len(adaptations) if isinstance(adaptations, list) else 1
+    runs = list(_runs(results.records))
+    ordered = [cells[key] for key in sorted(cells)]
+    return Report(results, ordered, runs, newest, recorded)
+
+
+def _runs(records: Iterable[Record]) -> Iterable[RunInfo]:
+    first: dict[tuple[Path, str], tuple[str, int]] = {}
+    for record in records:
+        key = (record.arm_dir, record.run_id)
+        started = str(record.data.get("started_at") or "")
+        known = first.get(key)
+        if known is None:
+            first[key] = (started, 1)
+        else:
+            first[key] = (min(known[0], started) if started else known[0], known[1] + 1)
+    for (arm_dir, run_id), (started, count) in sorted(first.items()):
+        run_dir = arm_dir / "runs" / run_id
+        config = read_run_config(run_dir)
+        adaptations = [
+            f"{key}={value}"
+            for key, value in sorted(config.items())
+            if "ADAPT" in key and value not in ("", "[]", "none")
+        ]
+        yield RunInfo(arm_dir.name, run_id, count, startup_s(run_dir, started), config, adaptations)
+
+
+def read_run_config(run_dir: Path) -> dict[str, str]:
+    """`runs/<run_id>/run-config.json`'s values ({} when the run left none)."""
+    try:
+        data = json.loads((run_dir / "run-config.json").read_bytes())
+    except (OSError, ValueError):
+        return {}
+    values: Any = data.get("values", data) if isinstance(data, dict) else {}
+    if not isinstance(values, dict):
+        return {}
+    return {str(key): str(value) for key, value in values.items()}
+
+
+def startup_s(run_dir: Path, first_started_at: str) -> float | None:
+    """The stack's start-up, as `haico cost` measures it: from the run's claim of its
+    directory (`claim.json`) to its first item's start; None when the run does not say."""
+    try:
+        claim = json.loads((run_dir / "claim.json").read_bytes())
+        started = datetime.fromisoformat(first_started_at).timestamp()
+        seconds = started - float(claim["claimed_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seconds if 0 <= seconds < 86400 else None
+
+
+def seconds(value: float | None) -> str:
+    """A duration for a table: `-` when unknown."""
+    if value is None:
+        return "-"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 100:
+        return f"{value / 60:.1f} m"
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+def count(value: int) -> str:
+    """A count for a table: 12,345 or 1.2M."""
+    return f"{value / 1e6:.1f}M" if value >= 10_000_000 else f"{value:,}"

@@ -1,0 +1,216 @@
+"""The results API's types: a record as read, an orphan transcript, what was loaded, and the
+errors (see `pytest_haico.results`)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_haico.errors import HaicoError
+
+if TYPE_CHECKING:
+    import pandas
+
+_TRANSCRIPT_HEADER = "haico_transcript"
+
+
+class ResultsReadError(HaicoError):
+    """The results cannot be read as asked; the message names the path and what to do."""
+
+
+class NotResultsError(ResultsReadError):
+    """The path is not a campaign, an arm or a run directory."""
+
+
+class NoRecordsError(ResultsReadError):
+    """The campaign, arm or run has no ledger record (yet)."""
+
+
+class TranscriptMissingError(ResultsReadError):
+    """A record's transcript file does not exist."""
+
+
+class MissingExtraError(ResultsReadError):
+    """An optional extra (pandas, matplotlib) is needed and not installed."""
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside: parsed records are millions of containers that
+    live on, and the collector would walk them all again and again (4x slower reads).
+
+    On the way out every object is promoted to the oldest generation (`freeze` then
+    `unfreeze`, two list splices) instead of being walked by the first young collection
+    after `enable`, which would cost a second per 100,000 records.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.freeze()
+            gc.unfreeze()
+            gc.enable()
+
+
+def require(module: str, extra: str, what: str) -> Any:
+    """Import an optional dependency, or raise `MissingExtraError` naming the extra."""
+    try:
+        return __import__(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"{what} needs {module}, which is not installed: pip install 'pytest-haico[{extra}]'"
+        ) from None
+
+
+class Record:
+    """One ledger line (an item attempt) as written, and where it was read.
+
+    `data` is the record's JSON object (schema 1 or 2); the properties read its
+    common fields.
+    """
+
+    __slots__ = ("arm", "arm_dir", "data", "line", "path")
+
+    def __init__(self, data: dict[str, Any], path: Path, line: int, arm_dir: Path) -> None:
+        arm = data.get("arm")
+        #: The record's arm (its directory's name when the record names none).
+        self.arm: str = arm if type(arm) is str and arm else arm_dir.name
+        self.data = data
+        self.path = path
+        self.line = line
+        self.arm_dir = arm_dir
+
+    def __repr__(self) -> str:
+        return f"<Record {self.arm} {self.script}-r{self.repeat} #{self.attempt} {self.verdict}>"
+
+    @property
+    def item_id(self) -> str:
+        return str(self.data["item_id"])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.data["run_id"])
+
+    @property
+    def attempt(self) -> int:
+        return int(self.data["attempt"])
+
+    @property
+    def verdict(self) -> str:
+        return str(self.data["verdict"])
+
+    @property
+    def stratum(self) -> str:
+        return str(self.data.get("stratum", ""))
+
+    @property
+    def script(self) -> str:
+        return str(self.data.get("script", ""))
+
+    @property
+    def repeat(self) -> int:
+        return int(self.data.get("repeat") or 0)
+
+    @property
+    def finished_at(self) -> str:
+        return str(self.data["finished_at"])
+
+    @property
+    def duration_s(self) -> float | None:
+        value = self.data.get("duration_s")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        turns = self.data.get("turns")
+        return [t for t in turns if isinstance(t, dict)] if isinstance(turns, list) else []
+
+    @property
+    def transcript_path(self) -> Path:
+        name = f"{self.item_id}.{self.run_id}.{self.attempt}.jsonl"
+        return self.arm_dir / "transcripts" / name
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A transcript whose attempt has no record: the attempt was killed mid-item."""
+
+    path: Path
+    arm: str
+    item_id: str
+    run_id: str
+    attempt: int
+
+
+@dataclass
+class Results:
+    """What `load_results` read: every record, the orphan transcripts, the warnings."""
+
+    path: Path
+    records: list[Record]
+    orphans: list[Orphan] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def newest(self) -> list[Record]:
+        """Each item's newest record (by arm and item_id), in ledger order.
+
+        The rule resume uses (`ResumeIndex`): the later `finished_at` wins, and of two
+        equal ones the later line (runs are read by name, lines in write order).
+        """
+        newest: dict[tuple[str, str], Record] = {}
+        for record in self.records:
+            key = (record.arm, record.item_id)
+            known = newest.get(key)
+            if known is None or record.finished_at >= known.finished_at:
+                newest[key] = record
+        keep = {id(record) for record in newest.values()}
+        return [record for record in self.records if id(record) in keep]
+
+    def transcript(self, record: Record) -> list[dict[str, Any]]:
+        """The record's transcript: its event lines, without the schema-2 header line.
+
+        A missing file is a `TranscriptMissingError`; unreadable lines are skipped.
+        """
+        path = record.transcript_path
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise TranscriptMissingError(
+                f"the transcript {path} of {record.arm} {record.script}-r{record.repeat} "
+                f"attempt {record.attempt} is missing: it was moved or deleted, or the "
+                "attempt ended before its first event"
+            ) from None
+        except OSError as exc:
+            raise ResultsReadError(
+                f"cannot read the transcript {path}: [Errno {exc.errno}] {exc.strerror}: "
+                "make it readable for this user"
+            ) from exc
+        events = []
+        for line in raw.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and _TRANSCRIPT_HEADER not in event:
+                events.append(event)
+        return events
+
+    def frame(self, *, newest: bool = False) -> pandas.DataFrame:
+        """One row per record (per item with `newest`), nested fields flattened."""
+        from pytest_haico.results.frame import records_frame
+
+        return records_frame(self, newest=newest)
+
+    def turns_frame(self, *, newest: bool = False) -> pandas.DataFrame:
+        """One row per turn: the record's arm, script, repeat, attempt, run_id, verdict,
+        item_id, then the turn's own fields (nested ones flattened)."""
+        from pytest_haico.results.frame import turns_frame
+
+        return turns_frame(self, newest=newest)

@@ -1,0 +1,46 @@
+"""`haico init`: a new experiments repository runs at once, without a warning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_haico.config.experiment import load_experiments
+
+
+def _run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_new_repository_runs_its_campaign_on_the_local_profile_without_a_warning(
+    tmp_path: Path,
+) -> None:
+    made = _run("-m", "pytest_haico", "init", "new", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    root = tmp_path / "new"
+    experiments = load_experiments(root / "experiments")
+    assert len(experiments.arms) == 1 and len(experiments.scripts) == 2
+    turns = [turn for source in experiments.scripts for turn in source.script.turns]
+    assert any(turn.branch_from is not None for turn in turns)
+    assert any(turn.expect is not None for turn in turns)
+    assert (root / "sbatch" / "campaign.sbatch").stat().st_mode & 0o111
+    for command in ("pytest experiments", "haico submit"):
+        assert command in made.stdout
+
+    run = _run("-m", "pytest", "-W", "error", cwd=root)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout
+    assert "warning" not in (run.stdout + run.stderr).lower()
+
+
+def test_init_refuses_a_directory_that_holds_something(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    refused = _run("-m", "pytest_haico", "init", "taken", cwd=tmp_path)
+    assert refused.returncode == 2
+    [line] = refused.stderr.splitlines()
+    assert "is not an empty directory" in line
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
