@@ -11,8 +11,9 @@ The package's parts, and which way their imports run (a test enforces it):
     config/      settings, arms and scripts, cluster.env, items and identity
     provenance/  what a run leaves for later: pg_dumps, run-config.env/.json
     gates/       the preflight gates, each a small timed check (config and ledger only)
-    cli/         the `haico` command: cost, staged and journaled submission (config and
-                 ledger only; it never starts a stack)
+    results/     the results API: a campaign's records as objects or DataFrames (config only)
+    cli/         the `haico` command: cost, staged and journaled submission, report, compare,
+                 init (config, ledger and results only; it never starts a stack)
     standins/    the local profile's model server and backend, reached over HTTP only
 
 campaign may import every part but the stand-ins; runner may import driver, stack, ledger,
