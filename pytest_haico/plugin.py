@@ -110,7 +110,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(campaign, CAMPAIGN_PLUGIN)
     config.pluginmanager.register(campaign.signals, SIGNALS_PLUGIN)
     campaign.signals.install()
-    from pytest_haico.campaign.progress import ProgressPlugin
+    if collects(config, settings.experiments):
+        from pytest_haico.campaign.progress import ProgressPlugin
 
-    # Registers itself as "haico-progress" when the output is a job log, not a terminal.
-    ProgressPlugin.install(config, settings, campaign.sessions, campaign.recorder)
+        # Registers itself as "haico-progress" when the output is a job log, not a terminal.
+        ProgressPlugin.install(config, settings, campaign.sessions, campaign.recorder)

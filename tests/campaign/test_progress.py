@@ -117,6 +117,18 @@ def test_progress_off_shows_pytests_dots(campaign: CampaignProject) -> None:
     result.stdout.fnmatch_lines(["experiments/test_conversations.py ...FF*[[]100%[]]"])
 
 
+def test_a_session_that_does_not_collect_the_experiments_keeps_pytests_output(
+    campaign: CampaignProject,
+) -> None:
+    # This repository's own test suite: an experiments directory beside, tests elsewhere.
+    five_items(campaign)
+    campaign.pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    result = campaign.pytester.runpytest("test_plain.py", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_plain.py .*"])
+    assert not any(line.startswith("test_plain.py::test_one passed") for line in result.outlines)
+
+
 def test_a_terminal_shows_pytests_dots_and_no_job_log(campaign: CampaignProject) -> None:
     five_items(campaign)
     status, output = campaign.run_on_terminal("--color=no")
