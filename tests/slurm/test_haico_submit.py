@@ -345,7 +345,13 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
     )
     project.cluster.wait_ended(full_id)
     cut = project.cluster.job_fields(f"{full_id}_{busy}")
-    assert cut["JobState"] == "TIMEOUT", cut
+    # The walltime's USR1 and TERM come at the same check: the task either drained and
+    # exited 75 in time, or was still running at the TERM (TIMEOUT). Both go on.
+    walltime_ends = cut["JobState"] == "TIMEOUT" or (cut["JobState"], cut["ExitCode"]) == (
+        "FAILED",
+        "75:0",
+    )
+    assert walltime_ends, cut
     other = project.cluster.job_fields(f"{full_id}_{1 - busy}")
     assert other["JobState"] == "COMPLETED", other
     done_before = {r["item_id"] for r in project.records() if r["verdict"] in TERMINAL}
