@@ -24,7 +24,9 @@ from pathlib import Path
 
 def test_aa_hold(haico_stack):
     password = haico_stack.readonly_dsn.split(":", 2)[2].split("@", 1)[0]
-    Path(os.environ["HAICO_TEST_READY"]).write_text(password)
+    ready = Path(os.environ["HAICO_TEST_READY"])
+    ready.with_suffix(".part").write_text(password)
+    ready.with_suffix(".part").rename(ready)  # whole: the outer test reads it once it exists
     go = Path(os.environ["HAICO_TEST_GO"])
     deadline = time.monotonic() + 120
     while not go.exists() and time.monotonic() < deadline:

@@ -11,10 +11,11 @@ import pytest
 
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
+# Values no other variable holds (a bare "true" is in many environments): found = inherited.
 PROVIDER_ENV = {
     "OPENAI_API_KEY": "sk-real-provider-key",
     "ANTHROPIC_API_KEY": "sk-ant-real",
-    "LANGSMITH_TRACING": "true",
+    "LANGSMITH_TRACING": "true-from-the-shell",
     "LANGCHAIN_API_KEY": "ls-real",
     "SOME_SERVICE_API_TOKEN": "tok-real",
 }
