@@ -13,7 +13,7 @@ The package's parts, and which way their imports run (a test enforces it):
     gates/       the preflight gates, each a small timed check (config and ledger only)
     results/     the results API: a campaign's records as objects or DataFrames (config only)
     cli/         the `haico` command: cost, staged and journaled submission, report, compare,
-                 init (config, ledger and results only; it never starts a stack)
+                 init (config, ledger and results), and the kept stack (stack, provenance)
     standins/    the local profile's model server and backend, reached over HTTP only
 
 campaign may import every part but the stand-ins; runner may import driver, stack, ledger,

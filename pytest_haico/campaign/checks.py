@@ -3,13 +3,18 @@ before any stack starts and before an allocation's hour is spent."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_haico.config.experiment import Arm
+    from pytest_haico.stack.kept import KeptState
 
 XDIST_MESSAGE = (
     "haico: haico items cannot run under pytest-xdist (-n): every worker would start its own "
@@ -21,11 +26,6 @@ XDIST_MESSAGE = (
 def check_supported(settings: Settings) -> None:
     """Options of the public interface whose machinery has not landed yet are refused now,
     not after an hour in the queue; so are options that mean nothing on the chosen profile."""
-    if settings.attach is not None:
-        raise pytest.UsageError(
-            "haico: --haico-attach is not available in this version of pytest-haico; "
-            "use the local or the cluster profile (--haico-profile), which start their own stack"
-        )
     if settings.backend_image is not None and settings.profile is not Profile.CLUSTER:
         raise pytest.UsageError(
             "haico: --haico-backend-image runs the backend from an image, which only the "
@@ -93,3 +93,43 @@ def _collection_paths(config: pytest.Config) -> list[Path]:
     from_testpaths = config.args_source is pytest.Config.ArgsSource.TESTPATHS
     base = Path(config.rootpath if from_testpaths else config.invocation_params.dir)
     return [(base / arg.split("::")[0]).resolve() for arg in config.args]
+
+
+def check_attach(settings: Settings, kept: KeptState, arms: Mapping[str, Arm]) -> None:
+    """--haico-attach: the kept stack serves what this run's arm file says, on this run's
+    profile and backend; anything else would record items under settings nothing ran."""
+    from pytest_haico.stack.kept import serve_changes, serves
+
+    flag = f"--haico-attach {settings.attach}"
+    arm = arms.get(kept.arm)
+    if arm is None:
+        raise pytest.UsageError(
+            f"haico: {flag}: the kept stack serves arm {kept.arm}, which "
+            f"{settings.experiments}/arms/ does not have: `haico stack down {kept.arm}`"
+        )
+    if settings.arms and set(settings.arms) != {kept.arm}:
+        raise pytest.UsageError(
+            f"haico: {flag}: the kept stack serves arm {kept.arm} only, not "
+            f"{', '.join(a for a in settings.arms if a != kept.arm)}: select --haico-arm "
+            f"{kept.arm}, or run without --haico-attach"
+        )
+    if settings.profile.value != kept.profile:
+        raise pytest.UsageError(
+            f"haico: {flag}: the kept stack runs the {kept.profile} profile: add "
+            f"--haico-profile {kept.profile}"
+        )
+    if settings.backend_cmd != kept.backend_command or settings.model_endpoint is not None:
+        kept_backend = "its own backend"
+        if kept.backend_command:
+            kept_backend = f"--haico-backend-cmd {kept.backend_command!r}"
+        raise pytest.UsageError(
+            f"haico: {flag}: the kept stack runs {kept_backend}; attach with the same backend "
+            "and no --haico-model-endpoint, or start a stack for this run without --haico-attach"
+        )
+    changes = serve_changes(kept.serves, serves(arm, settings.profile))
+    if changes:
+        raise pytest.UsageError(
+            f"haico: {kept.arm_file} changed what the kept stack serves since `haico stack up` "
+            f"({'; '.join(changes)}): `haico stack down {kept.arm}` then `haico stack up "
+            f"{kept.arm}` to serve it, or undo the edit"
+        )

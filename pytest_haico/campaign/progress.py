@@ -212,6 +212,11 @@ class ProgressPlugin:
             rest = " (the haico summary has the rest)" if first != error else ""
             self.log.line(f"haico: {arm} stack failed after {format_span(seconds)}: {first}{rest}")
             return
+        if self.sessions.kept is not None:
+            self.log.line(
+                f"haico: {arm} attached to the kept stack, gates passed in {format_span(seconds)}"
+            )
+            return
         self.log.line(f"haico: {arm} stack healthy in {format_span(seconds)}{self._ready(arm)}")
 
     def stack_stopped(self, arm: str, *, seconds: float | None) -> None:
@@ -221,6 +226,12 @@ class ProgressPlugin:
             self._up.discard(arm)
         count = sum(self.recorder.verdicts.get(arm, {}).values())
         up = f" after {format_span(seconds)} up" if seconds is not None else ""
+        if self.sessions.kept is not None:
+            attached = f" after {format_span(seconds)}" if seconds is not None else ""
+            self.log.line(
+                f"haico: {arm} detached{attached}, {count} item(s) recorded; the stack runs on"
+            )
+            return
         self.log.line(f"haico: {arm} stack stopped{up}, {count} item(s) recorded")
 
     def recorded(self, state: ItemAttempt, record: LedgerRecord) -> None:

@@ -3,7 +3,10 @@ item specs built, the recorder and the per-arm runs made. Nothing starts here.""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,9 +17,12 @@ from pytest_haico.config.identity import source_tree
 from pytest_haico.config.items import build_item_specs
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.errors import ConfigError
+from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.ledger.recorder import Recorder
 from pytest_haico.runner.arm_runs import ArmRuns
+
+if TYPE_CHECKING:
+    from pytest_haico.stack.kept import KeptState
 
 
 def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
@@ -24,6 +30,11 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
     try:
         job = SlurmJob.from_environ(os.environ)
         experiments = load_experiments(settings.experiments)
+        kept = None
+        if settings.attach is not None:
+            kept = _kept_stack(settings.attach)
+            checks.check_attach(settings, kept, experiments.arms)
+            settings = dataclasses.replace(settings, arms=(kept.arm,))
         checks.check_selection(settings, experiments.arms.keys(), experiments.strata)
         checks.check_shard_given(settings, job.in_array)
         checks.check_xdist(config, settings.experiments)
@@ -52,10 +63,25 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         settings,
         specs,
         recorder,
-        ArmRuns(settings, experiments.arms, recorder),
+        ArmRuns(settings, experiments.arms, recorder, kept=kept),
         collects_experiments=checks.collects(config, settings.experiments),
     )
+    if kept is not None:
+        campaign.selection.notes.append(
+            f"haico: attached to the kept stack of arm {kept.arm} (supervisor pid "
+            f"{kept.supervisor_pid}, up since {kept.started_at}): only its items run"
+        )
     note = tree.note() if tree is not None else None
     if note is not None:
         campaign.selection.notes.append(f"haico: {note}")
     return campaign
+
+
+def _kept_stack(path: Path) -> KeptState:
+    """The state of the kept stack `path` names; one line of usage error otherwise."""
+    from pytest_haico.stack.kept import read_state
+
+    try:
+        return read_state(path)
+    except StackError as exc:
+        raise pytest.UsageError(f"haico: --haico-attach {exc}") from None

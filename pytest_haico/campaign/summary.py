@@ -59,7 +59,8 @@ def write_summary(
         items = sum(verdicts[arm].values())
         counts = ", ".join(f"{n} {v.value}" for v, n in _by_precedence(verdicts[arm]))
         elapsed = sessions.elapsed_s(arm)
-        took = f" in {elapsed:.1f} s (stack included)" if elapsed is not None else ""
+        stack = "attached to the kept stack" if sessions.kept is not None else "stack included"
+        took = f" in {elapsed:.1f} s ({stack})" if elapsed is not None else ""
         terminal.write_line(f"{arm}: {items} item(s){took}: {counts}")
         if unreported[arm]:
             terminal.write_line(
@@ -73,6 +74,8 @@ def write_summary(
         run = sessions.runs.get(arm)
         if run is not None and run.dumps is not None and run.dumps.written:
             terminal.write_line(f"  dumps:       {run.dumps.dumps_dir}")
+        if sessions.kept is not None:
+            terminal.write_line(f"  kept stack:  {sessions.kept.directory} (its logs and dumps)")
         if run is not None and run.dump_failure:
             terminal.write_line(f"  {run.dump_failure}", red=True)
         for change in run.provenance_changes if run is not None else ():

@@ -6,6 +6,7 @@
     haico report <results>/<campaign> [--html out.html]
     haico compare <A> <B> [--exit-on-regression]
     haico init <dir>
+    haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
 
 Every error is one line on stderr and exit 2; nothing here prints a traceback.
 """
@@ -121,7 +122,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     init.add_argument("dir", type=Path, help="a new (or empty) directory")
     init.set_defaults(run=_run_init)
+    _add_stack_commands(commands)
     return parser
+
+
+def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    stack = commands.add_parser(
+        "stack", help="keep an arm's stack up between pytest runs (pytest --haico-attach)"
+    )
+    actions = stack.add_subparsers(required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the arm's stack under a supervisor, kept up")
+    up.add_argument("arm", help="the arm's name (experiments/arms/<arm>.toml)")
+    up.add_argument(
+        "--profile",
+        choices=("local", "cluster"),
+        default="local",
+        help="as pytest's --haico-profile (default: local)",
+    )
+    up.add_argument(
+        "--campaign",
+        default="default",
+        help="the services' logs and dumps go to <results>/<campaign>/<arm>/kept/ "
+        "(default: default)",
+    )
+    up.add_argument("--backend-cmd", help="as pytest's --haico-backend-cmd")
+    up.add_argument(
+        "--dump-interval",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="seconds between two pg_dumps (default: 900; 0: only the final one)",
+    )
+    _add_project_options(up)
+    up.set_defaults(run=_run_stack_up)
+    status = actions.add_parser(
+        "status", help="what runs, since when, on which ports, with which settings, how healthy"
+    )
+    status.add_argument("target", nargs="?", metavar="ARM|FILE", help="default: every kept stack")
+    status.set_defaults(run=_run_stack_status)
+    down = actions.add_parser("down", help="final dump, then stop every service")
+    down.add_argument("target", metavar="ARM|FILE", help="the arm, or its state file")
+    down.set_defaults(run=_run_stack_down)
 
 
 def _add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -210,6 +251,39 @@ def _run_init(args: argparse.Namespace) -> int:
         "smoke --dry-run"
     )
     return 0
+
+
+def _run_stack_up(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.stack import up
+    from pytest_haico.config.settings import Profile
+
+    experiments = _experiments(args)
+    work = os.environ.get("CLUSTER_WORK") or _site_value(args, "CLUSTER_WORK")
+    results = args.results or (Path(work) / "results" if work else experiments.parent / "results")
+    cluster_env = args.cluster_env or experiments / "cluster.env"
+    return up(
+        args.arm,
+        experiments=experiments,
+        profile=Profile(args.profile),
+        cluster_env=cluster_env.resolve() if cluster_env.is_file() else None,
+        campaign_dir=Path(results).resolve() / args.campaign,
+        backend_command=args.backend_cmd,
+        dump_interval_s=args.dump_interval,
+        file_mode=0o640,
+        say=print,
+    )
+
+
+def _run_stack_status(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.stack import status
+
+    return status(args.target, say=print)
+
+
+def _run_stack_down(args: argparse.Namespace) -> int:
+    from pytest_haico.cli.stack import down
+
+    return down(args.target, say=print)
 
 
 def _run_cost(args: argparse.Namespace) -> int:

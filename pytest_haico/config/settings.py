@@ -150,7 +150,7 @@ OPTIONS = (
         "own); -q and -v always give pytest's own",
         "auto|lines|off",
     ),
-    Option("attach", "not available in this version", "FILE"),
+    Option("attach", "use the stack `haico stack up` keeps (its state file)", "FILE"),
     Option(
         "results_mode",
         "mode of the files written under the results root, directories get x where r is set "

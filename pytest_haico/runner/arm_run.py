@@ -46,14 +46,11 @@ from pytest_haico.runner.preflight import GateLog
 from pytest_haico.runner.stack_gates import dynamic_gates, make_canary
 from pytest_haico.runner.walltime import WalltimeAdmission
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch
-from pytest_haico.stack.cluster import build_cluster_stack
+from pytest_haico.stack.arm_stack import build_arm_stack
+from pytest_haico.stack.attached import AttachedStack
+from pytest_haico.stack.kept import KeptState
 from pytest_haico.stack.orchestrator import ServiceTiming
-from pytest_haico.stack.profiles import (
-    BackendCommand,
-    ModelEndpoint,
-    Stack,
-    build_local_stack,
-)
+from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint, Stack
 from pytest_haico.stack.service import read_log_tail
 
 _log = logging.getLogger(__name__)
@@ -101,6 +98,7 @@ class ArmRun:
         profile: Profile = Profile.LOCAL,
         site: ClusterEnv | None = None,
         backend_image: str | None = None,
+        kept: KeptState | None = None,
     ) -> None:
         self.arm = arm
         self.concurrency = concurrency
@@ -118,13 +116,14 @@ class ArmRun:
         self.profile = profile
         self.site = site  # cluster.env, for the cluster profile
         self.backend_image = backend_image  # --haico-backend-image (cluster profile)
+        self.kept = kept  # --haico-attach: the stack `haico stack up` keeps, never stopped here
         self.run_config: RunConfig | None = None
         self.provenance_changes: list[str] = []  # since the arm's previous run
         self.dumps: DatabaseDumps | None = None
         self.dump_failure: str | None = None
         self.claim: RunClaim = recorder.claim(arm.name)
         self.paths: ArmPaths = recorder.paths(arm.name)
-        self.stack: Stack | None = None
+        self.stack: Stack | AttachedStack | None = None
         self.view: HaicoStack | None = None
         self.redactor = Redactor()
         self._runner: Runner[ItemAttempt, ConversationResult, Conversation] | None = None
@@ -172,32 +171,25 @@ class ArmRun:
     def _start(self) -> HaicoStack:
         arm = self.arm
         self._check_start_interrupted()
-        if self.profile is Profile.CLUSTER:
-            stack = self._build_cluster_stack()
+        stack: Stack | AttachedStack
+        if self.kept is not None:
+            stack = AttachedStack(self.kept)
         else:
-            stack = build_local_stack(
-                self.claim.path / "logs",
-                served_name=arm.served_name,
-                max_model_len=arm.vllm.max_model_len,
-                enable_tool_calling=arm.vllm.enable_tool_calling,
-                tool_call_parser=arm.vllm.tool_call_parser,
-                persona=arm.standin.persona,
-                latency_ms=arm.standin.latency_ms,
-                load_s=arm.standin.load_s,
-                seed=arm.standin.seed,
-                substitute_model=arm.standin.substitute_model or None,
-                rate_limit_rpm=arm.standin.rate_limit_rpm or None,
-                recursion_flag=arm.standin.recursion_flag,
+            stack = build_arm_stack(
+                arm,
+                self.claim.path,
+                profile=self.profile,
+                site=self.site,
+                backend_image=self.backend_image,
                 backend_command=self.backend_command,
                 model_endpoint=self.model_endpoint,
-                registry_mirror=self.claim.path / "services.json",
                 log_mode=self.recorder.file_mode,
             )
         self.stack = stack
         self.redactor = Redactor(stack.secrets)
         self.recorder.use_redactor(arm.name, self.redactor)
         if self._start_interrupted is not None:  # before the stack could see it
-            stack.orchestrator.interrupt(self._start_interrupted)
+            stack.interrupt(self._start_interrupted)
         stack.start()
         try:
             self._check_start_interrupted()
@@ -217,15 +209,16 @@ class ArmRun:
             if self.gates_only:
                 self.view = view
                 return view
-            self.dumps = DatabaseDumps(
-                stack.postgres,
-                self.claim.path / "dumps",
-                interval_s=self.dump_interval_s,
-                file_mode=self.recorder.file_mode,
-            )
-            self.dumps.start_periodic()
+            if isinstance(stack, Stack):  # a kept stack's supervisor runs its dumps
+                self.dumps = DatabaseDumps(
+                    stack.postgres,
+                    self.claim.path / "dumps",
+                    interval_s=self.dump_interval_s,
+                    file_mode=self.recorder.file_mode,
+                )
+                self.dumps.start_periodic()
             self._watch = ServiceWatch(
-                lambda: stack.orchestrator.processes,
+                lambda: stack.processes,
                 busy=lambda: runner.in_flight > 0,
                 on_death=self._on_death,
                 name=f"haico-{arm.name}-watch",
@@ -239,20 +232,6 @@ class ArmRun:
         self.view = view
         return view
 
-    def _build_cluster_stack(self) -> Stack:
-        """The cluster profile's stack of the arm (a `ConfigError` or `StackError` of the
-        build ends as a stack that did not start)."""
-        return build_cluster_stack(
-            self.claim.path / "logs",
-            arm=self.arm,
-            site=self.site,
-            backend_image=self.backend_image,
-            backend_command=self.backend_command,
-            model_endpoint=self.model_endpoint,
-            registry_mirror=self.claim.path / "services.json",
-            log_mode=self.recorder.file_mode,
-        )
-
     def interrupt_start(self, reason: str) -> None:
         """End a `start` in progress at its next step with a `StackError`, having stopped
         what it started: the stack's start loop within a poll interval, a gate under way
@@ -260,7 +239,7 @@ class ArmRun:
         is raised into whatever the main thread was doing (a Popen, a lock)."""
         self._start_interrupted = reason
         if self.stack is not None:
-            self.stack.orchestrator.interrupt(reason)
+            self.stack.interrupt(reason)
         if self._runner is not None:
             self._runner.cancel_calls()
 
@@ -339,7 +318,7 @@ class ArmRun:
         if self.dumps is not None:
             self.dumps.abort()
 
-    def _record_provenance(self, stack: Stack) -> None:
+    def _record_provenance(self, stack: Stack | AttachedStack) -> None:
         """run-config.env/.json: the knobs, the host, the versions, the ports, the model
         server's own account; and what changed since the arm's previous run."""
         config = RunConfig(
@@ -349,7 +328,7 @@ class ArmRun:
         config.update(self.provenance())
         config.update(
             {
-                "POSTGRES_VERSION": stack.postgres.version,
+                "POSTGRES_VERSION": stack.postgres_version,
                 "POSTGRES_PORT": str(ports.get("postgres", "")),
                 "VLLM_PORT": str(ports.get("llm", "")),
                 "BACKEND_PORT": str(ports.get("backend", "")),
@@ -359,6 +338,8 @@ class ArmRun:
         )
         # The haico-owned configuration the backend was given (cluster profile; no secret).
         config.update({f"BACKEND_CONFIG_{key}": v for key, v in stack.backend_config.items()})
+        if isinstance(stack, AttachedStack):  # where its services' logs and dumps are
+            config.update({"KEPT_STACK": str(stack.state.directory)})
         values, details = model_server_values(stack.llm_url, stack.api_key)
         config.update(values)
         for key, value in details.items():
@@ -621,13 +602,13 @@ class ArmRun:
             raise StackError(f"the conversations of arm {self.arm.name} are not running")
         return self._runner
 
-    def _require_stack(self) -> Stack:
+    def _require_stack(self) -> Stack | AttachedStack:
         if self.stack is None:
             raise StackError(f"the stack of arm {self.arm.name} is not running")
         return self.stack
 
 
-def _view(arm: str, stack: Stack) -> HaicoStack:
+def _view(arm: str, stack: Stack | AttachedStack) -> HaicoStack:
     return HaicoStack(
         arm=arm,
         backend_url=stack.backend_url,

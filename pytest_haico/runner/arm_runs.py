@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
     from pytest_haico.runner.preflight import GateLog
     from pytest_haico.runner.walltime import WalltimeAdmission
+    from pytest_haico.stack.kept import KeptState
     from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint
 
 _log = logging.getLogger(__name__)
@@ -49,8 +50,16 @@ class Drain:
 class ArmRuns:
     """Starts each arm's stack once, keeps its conversations in flight, stops it once."""
 
-    def __init__(self, settings: Settings, arms: dict[str, Arm], recorder: Recorder) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        arms: dict[str, Arm],
+        recorder: Recorder,
+        *,
+        kept: KeptState | None = None,
+    ) -> None:
         self.settings = settings
+        self.kept = kept  # --haico-attach: the kept stack every arm run uses
         self.arms = arms
         self.recorder = recorder
         # The first arm whose stack did not start or failed a gate (exit 78), and why the
@@ -328,6 +337,7 @@ class ArmRuns:
             profile=settings.profile,
             site=settings.site,
             backend_image=settings.backend_image,
+            kept=self.kept,
         )
         self._sessions[arm] = session
         self._starting = session

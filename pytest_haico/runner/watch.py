@@ -9,12 +9,24 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from pytest_haico.stack.service import ServiceProcess
+from pytest_haico.stack.attached import ENDED
 
 _log = logging.getLogger(__name__)
 # Seconds between two looks at the processes: a waitid per service, nothing more.
 POLL_INTERVAL_S = 0.2
+
+
+class WatchedProcess(Protocol):
+    """A service process as the watch sees it: this run's child, or a kept stack's."""
+
+    pid: int | None
+    log_path: Path
+
+    def exit_status(self) -> int | None: ...
+
+    def log_tail(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ class ServiceWatch:
 
     def __init__(
         self,
-        processes: Callable[[], Mapping[str, ServiceProcess]],
+        processes: Callable[[], Mapping[str, WatchedProcess]],
         *,
         busy: Callable[[], bool],
         on_death: Callable[[ServiceDeath], None],
@@ -94,7 +106,7 @@ class ServiceWatch:
                 return
 
 
-def _first_death(processes: Mapping[str, ServiceProcess]) -> ServiceDeath | None:
+def _first_death(processes: Mapping[str, WatchedProcess]) -> ServiceDeath | None:
     for name, process in processes.items():
         status = process.exit_status()
         if status is not None:
@@ -109,6 +121,8 @@ def _first_death(processes: Mapping[str, ServiceProcess]) -> ServiceDeath | None
 
 
 def _how(status: int) -> str:
+    if status == ENDED:
+        return "ended (a kept stack's service: its supervisor logged how)"
     if status >= 0:
         return f"exited with status {status}"
     try:

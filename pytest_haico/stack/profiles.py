@@ -20,6 +20,7 @@ from pytest_haico.stack.postgres import PostgresService
 from pytest_haico.stack.service import (
     Command,
     Service,
+    ServiceProcess,
     inherited_env,
     new_secret,
     provider_free_env,
@@ -126,6 +127,19 @@ class Stack:
     def stop(self) -> None:
         """Stop every service in reverse order, exactly once."""
         self.orchestrator.stop()
+
+    def interrupt(self, reason: str) -> None:
+        """End a `start` in progress at its next step (safe from a signal handler)."""
+        self.orchestrator.interrupt(reason)
+
+    @property
+    def processes(self) -> Mapping[str, ServiceProcess]:
+        """Service name → its running process."""
+        return self.orchestrator.processes
+
+    @property
+    def postgres_version(self) -> str:
+        return self.postgres.version
 
     def __enter__(self) -> Stack:
         return self.start()

@@ -1,5 +1,6 @@
-"""Options whose machinery has not landed are refused at configure time; the drain, the
-dumps, the gates-only and the cluster profile's options, which have, are accepted."""
+"""Every option's machinery has landed: none is refused for that; the drain, the dumps, the
+gates-only and the cluster profile's options are accepted, and --haico-attach without a
+kept stack is one line of usage error."""
 
 from __future__ import annotations
 
@@ -26,15 +27,18 @@ def experiments(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def test_attach_is_refused_at_configure_time(experiments: pytest.Pytester) -> None:
+def test_attach_to_a_state_file_that_is_not_there_is_one_line_of_usage_error(
+    experiments: pytest.Pytester,
+) -> None:
     result = experiments.runpytest("--haico-attach=stack.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "ERROR: haico: --haico-attach is not available in this version of pytest-haico; "
-            "use the local or the cluster profile (--haico-profile), which start their own stack"
+            "ERROR: haico: --haico-attach */stack.json: no such state file; "
+            "`haico stack status` lists the stacks kept up"
         ]
     )
+    assert "Traceback" not in result.stderr.str()
 
 
 @pytest.mark.parametrize(
@@ -112,12 +116,8 @@ def test_gates_only_is_accepted_and_deselects_every_item(
 
 
 def test_the_help_promises_no_unbuilt_machinery(experiments: pytest.Pytester) -> None:
-    unbuilt = {"attach"}
     for option in OPTIONS:
-        if option.noun in unbuilt:
-            assert option.help == "not available in this version", option
-        else:
-            assert option.help != "not available in this version", option
+        assert option.help != "not available in this version", option
     result = experiments.runpytest("--help")
     result.stdout.fnmatch_lines(
         [
