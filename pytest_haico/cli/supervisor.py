@@ -40,7 +40,7 @@ from pytest_haico.stack.profiles import BackendCommand, HttpService, Stack
 _log = logging.getLogger("haico.supervisor")
 # How often the supervisor looks at its services, and at its allocation.
 POLL_S = 0.5
-ALLOCATION_POLL_S = 30.0
+ALLOCATION_POLL_S = 10.0
 
 
 def main() -> int:
