@@ -172,8 +172,11 @@ def _status_lines(path: Path, state: KeptState) -> Iterator[str]:
     )
     yield f"  arm file: {state.arm_file}"
     for section, values in sorted(state.serves.items()):
-        shown = " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(values.items()))
-        yield f"  serves {section}: {shown}"
+        shown = " ".join(
+            f"{k}={json.dumps(v)}" for k, v in sorted(values.items()) if v not in (None, [])
+        )
+        if shown:
+            yield f"  serves {section}: {shown}"
     if state.backend_command:
         yield f"  backend command: {state.backend_command}"
     width = max(len(s.name) for s in state.services)
