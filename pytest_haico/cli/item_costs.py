@@ -190,19 +190,13 @@ class _ArmTally:
             self.newest[item_id] = (finished, verdict in _TERMINAL, stratum)
 
     def startup_s(self, arm_dir: Path) -> float | None:
-        """The longest stack start-up of the arm's runs: from the run's claim of its
-        directory (`runs/<run_id>/claim.json`, written as the session starts) to its first
-        item's start, which covers the stack's start and the gates; None when no run says."""
-        measured = []
-        for run_id, first in self.first_start.items():
-            try:
-                claim = json.loads((arm_dir / "runs" / run_id / "claim.json").read_bytes())
-                started = datetime.fromisoformat(first.decode()).timestamp()
-                seconds = started - float(claim["claimed_at"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if 0 <= seconds < _DAY_S:
-                measured.append(seconds)
+        """The longest stack start-up of the arm's runs (`run_startup_s`); None when no run
+        says."""
+        measured = [
+            seconds
+            for run_id, first in self.first_start.items()
+            if (seconds := run_startup_s(arm_dir / "runs" / run_id, first.decode())) is not None
+        ]
         return max(measured) if measured else None
 
     def costs(self, arm: str, arm_dir: Path) -> Iterator[StratumCost]:
@@ -253,3 +247,28 @@ def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], Strat
         for arm, tally in tallies.items()
         for cost in tally.costs(arm, campaign_dir / arm)
     }
+
+
+def run_startup_s(run_dir: Path, first_started_at: str) -> float | None:
+    """A run's stack start-up: from its claim of its directory (`claim.json`, written as the
+    session starts) to its first item's start, which covers the stack's start and the gates.
+    None when the run does not say, or when it was attached to a kept stack (`KEPT_STACK` in
+    its run-config): it started none."""
+    try:
+        claim = json.loads((run_dir / "claim.json").read_bytes())
+        started = datetime.fromisoformat(first_started_at).timestamp()
+        seconds = started - float(claim["claimed_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not 0 <= seconds < _DAY_S or _attached(run_dir):
+        return None
+    return seconds
+
+
+def _attached(run_dir: Path) -> bool:
+    try:
+        data = json.loads((run_dir / "run-config.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    values = data.get("values", data) if isinstance(data, dict) else {}
+    return isinstance(values, dict) and "KEPT_STACK" in values

@@ -92,7 +92,10 @@ def _startup_lines(report: Report) -> Iterator[str]:
                 "(run directory claimed → first item)"
             )
         else:
-            yield f"stack start-up, {arm}: not measured (no run left claim.json)"
+            yield (
+                f"stack start-up, {arm}: not measured (no run that started its own stack "
+                "left claim.json; runs attached to a kept stack started none)"
+            )
 
 
 def _adaptation_lines(report: Report) -> Iterator[str]:

@@ -8,10 +8,10 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.cli.item_costs import run_startup_s
 from pytest_haico.results import Record, Results
 
 # The verdicts of attempts that ran to their own end, so their duration is the item's
@@ -176,7 +176,9 @@ def _runs(records: Iterable[Record]) -> Iterable[RunInfo]:
             for key, value in sorted(config.items())
             if "ADAPT" in key and value not in ("", "[]", "none")
         ]
-        yield RunInfo(arm_dir.name, run_id, count, startup_s(run_dir, started), config, adaptations)
+        yield RunInfo(
+            arm_dir.name, run_id, count, run_startup_s(run_dir, started), config, adaptations
+        )
 
 
 def read_run_config(run_dir: Path) -> dict[str, str]:
@@ -189,18 +191,6 @@ def read_run_config(run_dir: Path) -> dict[str, str]:
     if not isinstance(values, dict):
         return {}
     return {str(key): str(value) for key, value in values.items()}
-
-
-def startup_s(run_dir: Path, first_started_at: str) -> float | None:
-    """The stack's start-up, as `haico cost` measures it: from the run's claim of its
-    directory (`claim.json`) to its first item's start; None when the run does not say."""
-    try:
-        claim = json.loads((run_dir / "claim.json").read_bytes())
-        started = datetime.fromisoformat(first_started_at).timestamp()
-        seconds = started - float(claim["claimed_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return seconds if 0 <= seconds < 86400 else None
 
 
 def seconds(value: float | None) -> str:

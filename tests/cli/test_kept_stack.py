@@ -149,6 +149,10 @@ def test_two_runs_use_one_kept_stack_that_only_down_stops(kept: KeptProject) -> 
     assert all(is_port_free(port) for port in ports)
     assert not state.exists()
     assert len(list((Path(kept_dir) / "dumps").glob("final-*.dump"))) == 1
+    # An attached run started no stack: its start-up is no measure of one.
+    report = kept.haico("report", str(campaign.root / "results" / "default"))
+    assert report.returncode == 0, report.stderr
+    assert "stack start-up, demo: not measured (no run that started its own stack" in report.stdout
 
 
 def test_a_killed_supervisor_takes_its_services_and_leaves_a_gone_stack(
