@@ -96,8 +96,9 @@ def _collection_paths(config: pytest.Config) -> list[Path]:
 
 
 def check_attach(settings: Settings, kept: KeptState, arms: Mapping[str, Arm]) -> None:
-    """--haico-attach: the kept stack serves what this run's arm file says, on this run's
-    profile and backend; anything else would record items under settings nothing ran."""
+    """--haico-attach: the kept stack serves what this run's arm file (and cluster.env, and
+    --haico-backend-image) says, on this run's profile and backend; anything else would
+    record items under settings nothing ran."""
     from pytest_haico.stack.kept import serve_changes, serves
 
     flag = f"--haico-attach {settings.attach}"
@@ -126,10 +127,15 @@ def check_attach(settings: Settings, kept: KeptState, arms: Mapping[str, Arm]) -
             f"haico: {flag}: the kept stack runs {kept_backend}; attach with the same backend "
             "and no --haico-model-endpoint, or start a stack for this run without --haico-attach"
         )
-    changes = serve_changes(kept.serves, serves(arm, settings.profile))
+    site_image = settings.site.get("BACKEND_IMAGE") if settings.site is not None else None
+    served = serves(
+        arm, settings.profile, backend_image=settings.backend_image, site_image=site_image
+    )
+    changes = serve_changes(kept.serves, served)
     if changes:
         raise pytest.UsageError(
-            f"haico: {kept.arm_file} changed what the kept stack serves since `haico stack up` "
+            f"haico: {kept.arm_file} (or the backend image) changed what the kept stack serves "
+            "since `haico stack up` "
             f"({'; '.join(changes)}): `haico stack down {kept.arm}` then `haico stack up "
             f"{kept.arm}` to serve it, or undo the edit"
         )

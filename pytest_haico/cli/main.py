@@ -146,6 +146,7 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "(default: default)",
     )
     up.add_argument("--backend-cmd", help="as pytest's --haico-backend-cmd")
+    up.add_argument("--backend-image", help="as pytest's --haico-backend-image (cluster profile)")
     up.add_argument(
         "--dump-interval",
         type=float,
@@ -268,6 +269,7 @@ def _run_stack_up(args: argparse.Namespace) -> int:
         cluster_env=cluster_env.resolve() if cluster_env.is_file() else None,
         campaign_dir=Path(results).resolve() / args.campaign,
         backend_command=args.backend_cmd,
+        backend_image=args.backend_image,
         dump_interval_s=args.dump_interval,
         file_mode=0o640,
         say=print,

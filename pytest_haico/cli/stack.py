@@ -47,6 +47,7 @@ def up(
     cluster_env: Path | None,
     campaign_dir: Path,
     backend_command: str | None,
+    backend_image: str | None,
     dump_interval_s: float,
     file_mode: int,
     say: Say,
@@ -66,6 +67,11 @@ def up(
             "the cluster profile's stack runs inside an allocation: run `haico stack up` in "
             "an salloc shell on the allocated node (or use --profile local)"
         )
+    if backend_image is not None and profile is not Profile.CLUSTER:
+        raise KeptStackError(
+            "--backend-image runs the backend from an image, which only the cluster profile "
+            "does: add --profile cluster, or run a local build with --backend-cmd CMD"
+        )
     path = state_path(arm.name)
     _refuse_a_second(path)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -77,6 +83,7 @@ def up(
         "profile": profile.value,
         "cluster_env": str(cluster_env) if cluster_env is not None else None,
         "backend_command": backend_command,
+        "backend_image": backend_image,
         "backend_dir": os.getcwd(),
         "directory": str(directory),
         "state_path": str(path),

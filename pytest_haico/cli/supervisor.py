@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.config.cluster_env import load_cluster_env
-from pytest_haico.config.experiment import load_arm
+from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
+from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import DumpError, HaicoError
 from pytest_haico.provenance.dumps import DatabaseDumps
@@ -41,6 +42,8 @@ _log = logging.getLogger("haico.supervisor")
 # How often the supervisor looks at its services, and at its allocation.
 POLL_S = 0.5
 ALLOCATION_POLL_S = 10.0
+# Slurm's job states of an allocation that still holds its node.
+LIVE_JOB_STATES = {"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "STOPPED", "RESIZING"}
 
 
 def main() -> int:
@@ -63,7 +66,10 @@ def main() -> int:
         signal.signal(sig, on_signal)
     began = time.monotonic()
     try:
-        stack = _build(request)
+        arm = load_arm(Path(request["arm_file"]))
+        cluster_env = request.get("cluster_env")
+        site = load_cluster_env(Path(cluster_env)) if cluster_env else None
+        stack = _build(request, arm, site)
         stack.start()
     except HaicoError as exc:
         secrets = stack.secrets if stack is not None else ()
@@ -80,7 +86,7 @@ def main() -> int:
     )
     try:
         dumps.start_periodic()
-        state = _state(request, stack)
+        state = _state(request, stack, arm, site)
         write_state(state_path, state)
         _log.info("healthy in %.1f s; state file %s", time.monotonic() - began, state_path)
         _answer({"state": str(state_path), "seconds": time.monotonic() - began})
@@ -93,23 +99,27 @@ def main() -> int:
     return 0
 
 
-def _build(request: dict[str, Any]) -> Stack:
-    arm = load_arm(Path(request["arm_file"]))
-    cluster_env = request.get("cluster_env")
+def _build(request: dict[str, Any], arm: Arm, site: ClusterEnv | None) -> Stack:
     command = request.get("backend_command")
     return build_arm_stack(
         arm,
         Path(request["directory"]),
         profile=Profile(request["profile"]),
-        site=load_cluster_env(Path(cluster_env)) if cluster_env else None,
+        site=site,
+        backend_image=request.get("backend_image"),
         backend_command=BackendCommand(command, Path(request["backend_dir"])) if command else None,
         log_mode=int(request["file_mode"]),
     )
 
 
-def _state(request: dict[str, Any], stack: Stack) -> KeptState:
-    arm = load_arm(Path(request["arm_file"]))
+def _state(request: dict[str, Any], stack: Stack, arm: Arm, site: ClusterEnv | None) -> KeptState:
     profile = Profile(request["profile"])
+    served = serves(
+        arm,
+        profile,
+        backend_image=request.get("backend_image"),
+        site_image=site.get("BACKEND_IMAGE") if site is not None else None,
+    )
     services = []
     for service in stack.orchestrator.services:
         process = stack.processes[service.name]
@@ -135,7 +145,7 @@ def _state(request: dict[str, Any], stack: Stack) -> KeptState:
         arm=arm.name,
         arm_file=request["arm_file"],
         profile=profile.value,
-        serves=serves(arm, profile),
+        serves=served,
         backend_command=request.get("backend_command"),
         supervisor_pid=os.getpid(),
         supervisor_start_time=me.start_time,
@@ -172,10 +182,11 @@ def _wait(stop: threading.Event, stack: Stack, allocation: str | None) -> str:
 
 
 def _allocation_ended(job_id: str) -> bool:
-    """Whether Slurm says the job is over (an answer it cannot give is no end)."""
+    """Whether Slurm says the job is over: a state past running, or a job it no longer
+    knows (an answer it cannot give, with slurmctld busy or away, is no end)."""
     try:
         result = subprocess.run(
-            ["squeue", "--noheader", "--jobs", job_id, "--format=%T"],
+            ["scontrol", "-o", "show", "job", job_id],
             capture_output=True,
             text=True,
             timeout=20,
@@ -184,8 +195,8 @@ def _allocation_ended(job_id: str) -> bool:
         return False
     if result.returncode != 0:
         return "Invalid job id" in result.stderr
-    state = result.stdout.strip()
-    return state not in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
+    found = re.search(r"\bJobState=(\S+)", result.stdout)
+    return found is not None and found.group(1) not in LIVE_JOB_STATES
 
 
 def _stop(stack: Stack, dumps: DatabaseDumps) -> None:

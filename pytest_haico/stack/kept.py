@@ -98,15 +98,24 @@ class KeptState:
         return is_same_process(self.supervisor_pid, self.supervisor_start_time)
 
 
-def serves(arm: Arm, profile: Profile) -> dict[str, Any]:
+def serves(
+    arm: Arm,
+    profile: Profile,
+    *,
+    backend_image: str | None = None,
+    site_image: str | None = None,
+) -> dict[str, Any]:
     """What a stack of `arm` serves: the model, how vLLM serves it (on the local profile,
-    the stand-in's behaviour too) and the backend build. An edit of anything else (the
-    generation and agent settings, concurrency) is a request setting: an attached run
+    the stand-in's behaviour too) and, on the cluster profile, the backend image it runs
+    (--haico-backend-image, else the arm's, else cluster.env's). An edit of anything else
+    (the generation and agent settings, concurrency) is a request setting: an attached run
     takes it as it is."""
-    served = arm.model_dump(mode="json", include={"model", "vllm", "backend"})
+    served = arm.model_dump(mode="json", include={"model", "vllm"})
     served["model"]["served_name"] = arm.served_name
     if profile is Profile.LOCAL:
         served["standin"] = arm.standin.model_dump(mode="json")
+    else:
+        served["backend"] = {"image": backend_image or arm.backend.image or site_image}
     return served
 
 

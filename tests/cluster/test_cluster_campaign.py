@@ -6,11 +6,15 @@ job's node list, the arm's GPUs visible, squeue and scontrol answering as Slurm'
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +28,7 @@ from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, 
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
+from tests.polling import is_alive
 
 JOB_ID = "731"
 HOST = socket.gethostname()
@@ -540,3 +545,70 @@ def test_a_cluster_campaign_attaches_to_a_served_model_without_starting_vllm(
     config = _run_config(run)
     assert config["MODEL_ENDPOINT"] == endpoint
     _check_no_leak(cluster_campaign, output, {"postgres", "backend"}, SHARED_KEY)
+
+
+def test_a_kept_cluster_stack_serves_attached_runs_until_down(
+    cluster_campaign: ClusterCampaign, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = cluster_campaign.project
+    (project.experiments / "conftest.py").unlink()  # it reads stacks this run starts
+    tmpdir = Path(tempfile.mkdtemp(prefix="haico-kept-cluster-"))
+    tmpdir.chmod(0o711)  # Postgres, run as another user, reaches its data by name
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    state = tmpdir / f"pytest-haico-{os.getuid()}" / "stacks" / "demo.json"
+
+    def haico(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest_haico", "stack", *args],
+            cwd=project.root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    try:
+        up = haico(
+            "up", "demo", "--profile", "cluster",
+            "--cluster-env", str(cluster_campaign.cluster_env),
+            "--results", str(project.root / "results"),
+        )  # fmt: skip
+        assert up.returncode == 0, up.stdout + up.stderr
+        kept = json.loads(state.read_text())
+        assert (kept["profile"], kept["allocation"]) == ("cluster", JOB_ID)
+        assert kept["serves"]["backend"] == {"image": BACKEND_IMAGE}
+        pids = {s["name"]: s["pid"] for s in kept["services"]}
+        assert set(pids) == {"llm", "postgres", "backend"}
+
+        first = cluster_campaign.run("--haico-attach", str(state))
+        assert first.ret == 0, first.stdout.str() + first.stderr.str()
+        again = cluster_campaign.run("--haico-attach", str(state), "--haico-no-resume", "-k", "s1")
+        assert again.ret == 0, again.stdout.str() + again.stderr.str()
+        records = project.records("demo")
+        assert sorted(r["script"] for r in records) == ["s1", "s1", "s2", "s3"]
+        assert {r["verdict"] for r in records} == {"completed"}
+        assert {r["model_identity"]["kind"] for r in records} == {"path"}
+        assert {s["name"]: s["pid"] for s in json.loads(state.read_text())["services"]} == pids
+        assert all(is_alive(pid) for pid in pids.values())
+
+        other = cluster_campaign.run(
+            "--haico-attach", str(state), "--haico-backend-image", OPTION_IMAGE
+        )
+        assert other.ret == pytest.ExitCode.USAGE_ERROR
+        other.stderr.fnmatch_lines(
+            [f"*changed what the kept stack serves*backend.image: *{OPTION_DIGEST}*"]
+        )
+        local = cluster_campaign.project.run_subprocess("--haico-attach", str(state))
+        assert local.ret == pytest.ExitCode.USAGE_ERROR
+        local.stderr.fnmatch_lines(
+            ["*the kept stack runs the cluster profile: add --haico-profile cluster"]
+        )
+
+        down = haico("down", "demo")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not any(is_alive(pid) for pid in pids.values())
+    finally:
+        if state.exists():
+            pid = json.loads(state.read_text())["supervisor_pid"]
+            if is_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmpdir, ignore_errors=True)
