@@ -145,7 +145,8 @@ def _refuse_a_second(path: Path) -> None:
 
 
 def status(target: str | None, *, say: Say) -> int:
-    """What runs, since when, on which ports, with which arm settings, and how healthy."""
+    """What runs, since when, on which ports, with which arm settings, and how healthy:
+    exit 1 when a service is not (or, listing them all, a stack is gone)."""
     if target is None:
         paths = sorted(stacks_dir().glob("*.json"))
         if not paths:
@@ -155,7 +156,15 @@ def status(target: str | None, *, say: Say) -> int:
         paths = [_resolve(target)]
     unhealthy = False
     for path in paths:
-        state = read_state(path)
+        if target is None:  # one stack that is gone or not ours does not hide the others
+            try:
+                state = read_state(path)
+            except StackError as exc:
+                say(f"haico: {exc}")
+                unhealthy = True
+                continue
+        else:
+            state = read_state(path)
         for line in _status_lines(path, state):
             unhealthy |= line.endswith("NOT HEALTHY")
             say(line)

@@ -73,7 +73,9 @@ def main() -> int:
         stack.start()
     except HaicoError as exc:
         secrets = stack.secrets if stack is not None else ()
-        _answer({"error": Redactor(secrets).redact(str(exc))})
+        error = Redactor(secrets).redact(str(exc))
+        _log.error("the stack did not start: %s", error)
+        _answer({"error": error})
         return 1
     redactor = Redactor(stack.secrets)
     directory = Path(request["directory"])

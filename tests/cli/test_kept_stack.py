@@ -168,6 +168,10 @@ def test_a_killed_supervisor_takes_its_services_and_leaves_a_gone_stack(
         what="the services to die with their supervisor",
     )
 
+    listing = kept.haico("stack", "status")  # every stack kept up: this one is gone
+    assert listing.returncode == 1
+    [line] = listing.stdout.splitlines()
+    assert line.startswith(f"haico: {state}: the kept stack of arm demo is gone"), line
     for args in (("stack", "status", str(state)), ("stack", "down", "demo")):
         result = kept.haico(*args)
         assert result.returncode == 2
