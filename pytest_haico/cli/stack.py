@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -31,6 +33,9 @@ from pytest_haico.stack.kept import (
 )
 
 Say = Callable[[str], None]
+# The logger whose lines of the supervisor's log `up` shows: each service spawned, waited
+# for, healthy.
+SERVICE_LOGGER = "pytest_haico.stack.service"
 # How long `down` waits for the supervisor's final dump and stop before it kills it.
 DOWN_TIMEOUT_S = 300.0
 
@@ -104,7 +109,7 @@ def up(
     try:
         supervisor.stdin.write(json.dumps(request).encode())
         supervisor.stdin.close()
-        line = supervisor.stdout.readline()
+        line = _answer(supervisor.stdout, log, say)
     except KeyboardInterrupt:
         supervisor.terminate()
         supervisor.wait()
@@ -123,6 +128,25 @@ def up(
     say(f"haico: state file {path}")
     say(f"haico: next: pytest experiments --haico-attach {path}")
     return 0
+
+
+def _answer(answers: IO[bytes], log: Path, say: Say) -> bytes:
+    """The supervisor's one line; meanwhile the services' start-up as its log tells it
+    (a model that loads for minutes says where it is every 30 s)."""
+    told = 0
+    while True:
+        ready, _, _ = select.select([answers], [], [], 1.0)
+        with contextlib.suppress(OSError), log.open("rb") as handle:
+            handle.seek(told)
+            new = handle.read()
+            complete = new[: new.rfind(b"\n") + 1]
+            told += len(complete)
+            for entry in complete.decode(errors="replace").splitlines():
+                _, _, message = entry.partition(f" {SERVICE_LOGGER}: ")
+                if message:
+                    say(f"haico:   {message}")
+        if ready:
+            return answers.readline()
 
 
 def _refuse_a_second(path: Path) -> None:
