@@ -1,7 +1,5 @@
 """`python -m pytest_haico`: the `haico` command."""
 
-import sys
+from pytest_haico.cli.main import console
 
-from pytest_haico.cli.main import main
-
-sys.exit(main())
+console()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NoReturn
 
 from pytest_haico.cli.report import table
 from pytest_haico.cli.report_data import MEASURED, read_run_config, seconds, turn_totals
@@ -219,14 +220,26 @@ def provenance_lines(a: Results, b: Results) -> list[str]:
     return lines
 
 
-def run_compare(a: str, b: str, *, exit_on_regression: bool, say: Say, warn: Say) -> int:
-    """Print the comparison; 1 with `exit_on_regression` when B regressed, else 0."""
+def run_compare(
+    a: str,
+    b: str,
+    *,
+    exit_on_regression: bool,
+    say: Say,
+    warn: Say,
+    finish: Callable[[int], NoReturn] | None = None,
+) -> int:
+    """Print the comparison; 1 with `exit_on_regression` when B regressed, else 0.
+    `finish`, if given, is called with that status while the records are still in memory."""
     with paused_gc():  # the records stay alive: the collector would walk them for nothing
         sides = [load_operand(a), load_operand(b)]
         for label, results in zip("AB", sides, strict=True):
             for message in results.warnings[:5]:
                 warn(f"ledger warning ({label}): {message}")
         lines, regressions = compare_lines(*sides)
-    for line in lines:
-        say(line)
-    return 1 if exit_on_regression and regressions else 0
+        for line in lines:
+            say(line)
+        status = 1 if exit_on_regression and regressions else 0
+        if finish is not None:
+            finish(status)
+    return status

@@ -4,16 +4,15 @@ records."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.cli.run_startup import run_startup_s
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.item_times import MEASURED_VERDICTS
 from pytest_haico.ledger.jsonl import iter_ledger
@@ -21,8 +20,6 @@ from pytest_haico.ledger.records import READABLE_SCHEMAS_PATTERN
 from pytest_haico.ledger.verdicts import Verdict
 
 Warn = Callable[[str], None]
-
-_DAY_S = 86400.0
 
 
 class CostError(HaicoError):
@@ -247,28 +244,3 @@ def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], Strat
         for arm, tally in tallies.items()
         for cost in tally.costs(arm, campaign_dir / arm)
     }
-
-
-def run_startup_s(run_dir: Path, first_started_at: str) -> float | None:
-    """A run's stack start-up: from its claim of its directory (`claim.json`, written as the
-    session starts) to its first item's start, which covers the stack's start and the gates.
-    None when the run does not say, or when it was attached to a kept stack (`KEPT_STACK` in
-    its run-config): it started none."""
-    try:
-        claim = json.loads((run_dir / "claim.json").read_bytes())
-        started = datetime.fromisoformat(first_started_at).timestamp()
-        seconds = started - float(claim["claimed_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not 0 <= seconds < _DAY_S or _attached(run_dir):
-        return None
-    return seconds
-
-
-def _attached(run_dir: Path) -> bool:
-    try:
-        data = json.loads((run_dir / "run-config.json").read_bytes())
-    except (OSError, ValueError):
-        return False
-    values = data.get("values", data) if isinstance(data, dict) else {}
-    return isinstance(values, dict) and "KEPT_STACK" in values

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from pytest_haico.errors import HaicoError
 
@@ -28,9 +28,18 @@ if TYPE_CHECKING:
 USAGE_ERROR = 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def console() -> NoReturn:
+    """The `haico` command (the console script, and `python -m pytest_haico`)."""
+    sys.exit(main(hard_exit=True))
+
+
+def main(argv: Sequence[str] | None = None, *, hard_exit: bool = False) -> int:
+    """Run one command; the exit status. `hard_exit` (the command's own process): a report
+    or a comparison ends the process once it is printed, without freeing the records it
+    read (half a second per 100,000 records; mypy does the same)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    args.finish = _exit_now if hard_exit else None
     try:
         return int(args.run(args))
     except HaicoError as exc:
@@ -363,6 +372,7 @@ def _run_report(args: argparse.Namespace) -> int:
         html=args.html,
         say=print,
         warn=lambda message: print(f"haico: {message}", file=sys.stderr),
+        finish=args.finish,
     )
 
 
@@ -375,7 +385,15 @@ def _run_compare(args: argparse.Namespace) -> int:
         exit_on_regression=args.exit_on_regression,
         say=print,
         warn=lambda message: print(f"haico: {message}", file=sys.stderr),
+        finish=args.finish,
     )
+
+
+def _exit_now(status: int) -> NoReturn:
+    """End the process with `status` once what it printed is out; nothing is freed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _request(args: argparse.Namespace) -> Request:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from pytest_haico.cli.report_data import Report, build_report, count, seconds
 from pytest_haico.results import load_results, paused_gc
@@ -141,17 +142,33 @@ def _provenance_lines(report: Report) -> Iterator[str]:
         )
 
 
-def run_report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> int:
-    """Print the terminal report; with `html`, also write the HTML report there."""
+def run_report(
+    campaign: Path,
+    *,
+    html: Path | None,
+    say: Say,
+    warn: Say,
+    finish: Callable[[int], NoReturn] | None = None,
+) -> int:
+    """Print the terminal report; with `html`, also write the HTML report there. `finish`,
+    if given, is called with the exit status while the records are still in memory."""
     if html is not None:
         from pytest_haico.cli.report_html import check_plotting
 
         check_plotting()  # before the slow part: say what to install at once
     with paused_gc():  # 100,000 records stay alive: the collector would walk them for nothing
-        return _report(campaign, html=html, say=say, warn=warn)
+        status = _report(campaign, html=html, say=say, warn=warn, finish=finish)
+    return status
 
 
-def _report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> int:
+def _report(
+    campaign: Path,
+    *,
+    html: Path | None,
+    say: Say,
+    warn: Say,
+    finish: Callable[[int], NoReturn] | None,
+) -> int:
     results = load_results(campaign, warn=None)
     for message in results.warnings[:5]:
         warn(f"ledger warning: {message}")
@@ -165,4 +182,6 @@ def _report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> int:
 
         write_html(report, html)
         say(f"\nHTML report: {html}")
+    if finish is not None:
+        finish(0)
     return 0

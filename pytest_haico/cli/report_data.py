@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.cli.item_costs import run_startup_s
+from pytest_haico.cli.run_startup import run_startup_s
 from pytest_haico.results import Record, Results
 
 # The verdicts of attempts that ran to their own end, so their duration is the item's
@@ -129,27 +130,29 @@ class Report:
 
 
 def build_report(results: Results) -> Report:
-    """The figures of every arm × stratum and every run."""
+    """The figures of every arm × stratum and every run (its loops are the report's cost
+    for 100,000 records: they read the records' data directly)."""
     newest = results.newest()
-    cells: dict[tuple[str, str], Cell] = {}
-    for record in results.records:
-        key = (record.arm, record.stratum)
-        cell = cells.get(key) or cells.setdefault(key, Cell(*key))
-        cell.attempts += 1
+    attempts = Counter((record.arm, _stratum(record.data)) for record in results.records)
+    cells = {key: Cell(*key, attempts=count) for key, count in attempts.items()}
     recorded = False
     for record in newest:
-        cell = cells[(record.arm, record.stratum)]
+        data = record.data
+        cell = cells[(record.arm, _stratum(data))]
         cell.items += 1
-        verdict = record.verdict
+        verdict = data["verdict"]
         cell.verdicts[verdict] = cell.verdicts.get(verdict, 0) + 1
-        turns, _, tokens_in, tokens_out = turn_totals(record)
-        cell.turns += turns
-        cell.tokens_in += tokens_in
-        cell.tokens_out += tokens_out
-        duration = record.data.get("duration_s")
+        turns = data.get("turns")
+        if type(turns) is list:
+            cell.turns += len(turns)
+            for turn in turns:
+                if type(turn) is dict:
+                    cell.tokens_in += turn.get("tokens_in") or 0
+                    cell.tokens_out += turn.get("tokens_out") or 0
+        duration = data.get("duration_s")
         if verdict in MEASURED and isinstance(duration, int | float):
             cell.durations.append(float(duration))
-        adaptations = record.data.get("adaptations")
+        adaptations = data.get("adaptations")
         if adaptations is not None:
             recorded = True
             cell.adaptations += len(adaptations) if isinstance(adaptations, list) else 1
@@ -158,17 +161,26 @@ def build_report(results: Results) -> Report:
     return Report(results, ordered, runs, newest, recorded)
 
 
+def _stratum(data: dict[str, Any]) -> str:
+    """As `Record.stratum`."""
+    stratum = data.get("stratum", "")
+    return stratum if type(stratum) is str else str(stratum)
+
+
 def _runs(records: Iterable[Record]) -> Iterable[RunInfo]:
-    first: dict[tuple[Path, str], tuple[str, int]] = {}
+    first: dict[tuple[Path, str], str] = {}
+    counts: Counter[tuple[Path, str]] = Counter()
     for record in records:
-        key = (record.arm_dir, record.run_id)
-        started = str(record.data.get("started_at") or "")
-        known = first.get(key)
-        if known is None:
-            first[key] = (started, 1)
-        else:
-            first[key] = (min(known[0], started) if started else known[0], known[1] + 1)
-    for (arm_dir, run_id), (started, count) in sorted(first.items()):
+        data = record.data
+        key = (record.arm_dir, data["run_id"])
+        counts[key] += 1
+        started = data.get("started_at")
+        if type(started) is str and started and (key not in first or started < first[key]):
+            first[key] = started
+    for key in counts:
+        first.setdefault(key, "")
+    for (arm_dir, run_id), started in sorted(first.items()):
+        count = counts[(arm_dir, run_id)]
         run_dir = arm_dir / "runs" / run_id
         config = read_run_config(run_dir)
         adaptations = [

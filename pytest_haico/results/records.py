@@ -165,10 +165,11 @@ class Results:
         equal ones the later line (runs are read by name, lines in write order).
         """
         newest: dict[tuple[str, str], Record] = {}
-        for record in self.records:
-            key = (record.arm, record.item_id)
+        for record in self.records:  # item_id and finished_at: strings (the reader checked)
+            data = record.data
+            key = (record.arm, data["item_id"])
             known = newest.get(key)
-            if known is None or record.finished_at >= known.finished_at:
+            if known is None or data["finished_at"] >= known.data["finished_at"]:
                 newest[key] = record
         keep = {id(record) for record in newest.values()}
         return [record for record in self.records if id(record) in keep]
