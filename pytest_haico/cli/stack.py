@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
+from filelock import FileLock, Timeout
 
-from pytest_haico.config.experiment import load_arm
+from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import HaicoError, StackError
 from pytest_haico.stack.kept import (
@@ -78,24 +79,54 @@ def up(
             "does: add --profile cluster, or run a local build with --backend-cmd CMD"
         )
     path = state_path(arm.name)
+    lock = FileLock(path.with_suffix(".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise KeptStackError(
+            f"another `haico stack up {arm.name}` is starting the stack of arm {arm.name}: "
+            "wait for it, then attach to its stack"
+        ) from None
+    try:
+        return _start_supervisor(
+            arm,
+            path,
+            profile,
+            campaign_dir,
+            say,
+            request={
+                "arm_file": str(arm_file.resolve()),
+                "profile": profile.value,
+                "cluster_env": str(cluster_env) if cluster_env is not None else None,
+                "backend_command": backend_command,
+                "backend_image": backend_image,
+                "backend_dir": os.getcwd(),
+                "state_path": str(path),
+                "dump_interval_s": dump_interval_s,
+                "file_mode": file_mode,
+                "allocation": allocation,
+            },
+        )
+    finally:
+        lock.release()
+
+
+def _start_supervisor(
+    arm: Arm,
+    path: Path,
+    profile: Profile,
+    campaign_dir: Path,
+    say: Say,
+    *,
+    request: dict[str, Any],
+) -> int:
+    """Start the supervisor with `request` and wait for its answer (under the arm's lock)."""
     _refuse_a_second(path)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     directory = campaign_dir / arm.name / "kept" / f"{stamp}-{os.getpid()}"
     directory.mkdir(parents=True)
     log = directory / "supervisor.log"
-    request = {
-        "arm_file": str(arm_file.resolve()),
-        "profile": profile.value,
-        "cluster_env": str(cluster_env) if cluster_env is not None else None,
-        "backend_command": backend_command,
-        "backend_image": backend_image,
-        "backend_dir": os.getcwd(),
-        "directory": str(directory),
-        "state_path": str(path),
-        "dump_interval_s": dump_interval_s,
-        "file_mode": file_mode,
-        "allocation": allocation,
-    }
+    request["directory"] = str(directory)
     say(f"haico: starting the stack of arm {arm.name} ({profile.value} profile); log: {log}")
     with log.open("ab") as stderr:
         supervisor = subprocess.Popen(

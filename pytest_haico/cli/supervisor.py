@@ -70,10 +70,13 @@ def main() -> int:
         cluster_env = request.get("cluster_env")
         site = load_cluster_env(Path(cluster_env)) if cluster_env else None
         stack = _build(request, arm, site)
+        if stop.is_set():  # a signal came before the stack could take it
+            stack.interrupt("a signal while the kept stack was being built")
         stack.start()
-    except HaicoError as exc:
+    except Exception as exc:  # leak-proof start: what started is stopped already
         secrets = stack.secrets if stack is not None else ()
-        error = Redactor(secrets).redact(str(exc))
+        what = str(exc) if isinstance(exc, HaicoError) else f"{type(exc).__name__}: {exc}"
+        error = Redactor(secrets).redact(what)
         _log.error("the stack did not start: %s", error)
         _answer({"error": error})
         return 1

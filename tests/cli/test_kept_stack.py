@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from pytest_haico.stack.kept import is_same_process
 from pytest_haico.stack.ports import is_port_free
@@ -262,3 +263,15 @@ def test_a_file_that_is_no_state_file_is_one_line_of_error(kept: KeptProject) ->
         f"haico: {kept.campaign.experiments}/arms/nope.toml: no such arm file; the arms under "
         f"{kept.campaign.experiments}: demo"
     ]
+
+
+def test_a_second_up_while_one_starts_the_same_arm_is_refused(kept: KeptProject) -> None:
+    assert kept.haico("stack", "status").returncode == 0  # makes the stacks' directory
+    with FileLock(kept.stacks / "demo.lock"):  # what a `haico stack up demo` under way holds
+        result = kept.haico("stack", "up", "demo")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "haico: another `haico stack up demo` is starting the stack of arm demo: wait for it, "
+        "then attach to its stack"
+    ]
+    assert not (kept.campaign.arm_dir("demo") / "kept").exists()
