@@ -45,6 +45,10 @@ def main(argv: Sequence[str] | None = None, *, hard_exit: bool = False) -> int:
     except HaicoError as exc:
         print(f"haico: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except BrokenPipeError:  # the reader went away (`haico report | head`): stop quietly
+        # What is still buffered would fail again at exit: it goes nowhere instead.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as exc:  # a results directory this user cannot read or write
         print(f"haico: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return USAGE_ERROR

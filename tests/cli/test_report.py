@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,25 @@ def test_the_html_report_of_a_written_campaign_links_failed_items(
     text = page.read_text()
     assert text.count('<article id="item-') == 2  # recursion_limit and gave_up
     assert 'href="#item-0"' in text and 'href="#item-1"' in text
+
+
+def test_the_haico_process_prints_the_report_and_stops_quietly_for_a_closed_pipe(
+    campaign_dir: Path,
+) -> None:
+    command = [sys.executable, "-m", "pytest_haico", "report", str(campaign_dir)]
+    whole = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert whole.returncode == 0, whole.stderr
+    # Printed whole, although the process ends without freeing what it read.
+    assert whole.stdout.splitlines()[0] == f"{campaign_dir}: 4 items, 5 records, 2 runs"
+    assert "runs (provenance from runs/<run_id>/run-config.json):" in whole.stdout
+
+    # `haico report | head -0`: the reader is gone before the first line.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        closed = subprocess.run(command, stdout=write_end,
+                                stderr=subprocess.PIPE, timeout=120)  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert closed.returncode == 1
+    assert closed.stderr == b""  # no "Broken pipe", no traceback
