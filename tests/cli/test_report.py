@@ -155,8 +155,7 @@ def test_the_haico_process_prints_the_report_and_stops_quietly_for_a_closed_pipe
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        closed = subprocess.run(command, stdout=write_end,
-                                stderr=subprocess.PIPE, timeout=120)  # fmt: skip
+        closed = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, timeout=120)
     finally:
         os.close(write_end)
     assert closed.returncode == 1
