@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -275,3 +276,49 @@ def test_a_second_up_while_one_starts_the_same_arm_is_refused(kept: KeptProject)
         "then attach to its stack"
     ]
     assert not (kept.campaign.arm_dir("demo") / "kept").exists()
+
+
+def test_a_service_that_dies_ends_the_kept_stack_after_a_final_dump(kept: KeptProject) -> None:
+    state = kept.up()
+    processes = _processes(state)
+    directory = Path(json.loads(state.read_text())["directory"])
+    os.kill(processes["backend"][0], signal.SIGKILL)
+    wait_for(
+        lambda: not any(is_same_process(pid, start) for pid, start in processes.values()),
+        timeout=30,
+        what="the supervisor to stop its stack",
+    )
+    assert not state.exists()
+    log = (directory / "supervisor.log").read_text()
+    assert f"stopping: backend (pid {processes['backend'][0]}) ended with status -9" in log, log
+    assert len(list((directory / "dumps").glob("final-*.dump"))) == 1  # Postgres was still up
+    status = kept.haico("stack", "status", "demo")
+    assert status.returncode == 2
+    assert "no such state file" in status.stderr
+
+
+def test_ctrl_c_of_up_while_the_stack_starts_leaves_no_process(kept: KeptProject) -> None:
+    kept.campaign.arm("demo", "[standin]\nload_s = 30\n")  # the model loads for 30 s
+    up = subprocess.Popen(
+        [sys.executable, "-m", "pytest_haico", "stack", "up", "demo"],
+        cwd=kept.campaign.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert up.stdout is not None
+    for line in up.stdout:  # `up` shows the services' start-up as the supervisor logs it
+        if "llm: spawned pid" in line:
+            break
+    up.send_signal(signal.SIGINT)
+    out, err = up.communicate(timeout=60)
+    assert up.returncode == 130, out + err
+    assert err.splitlines() == ["haico: interrupted"]
+    [log] = kept.campaign.arm_dir("demo").glob("kept/*/supervisor.log")
+    supervisor_lines = log.read_text()
+    assert "SIGTERM: stopping" in supervisor_lines
+    assert "the stack did not start" in supervisor_lines
+    spawned = [int(pid) for pid in re.findall(r": spawned pid (\d+) on port", supervisor_lines)]
+    assert spawned
+    wait_for(lambda: not any(is_alive(pid) for pid in spawned), timeout=10, what="every service")
+    assert not (kept.stacks / "demo.json").exists()
