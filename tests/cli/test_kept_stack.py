@@ -45,9 +45,9 @@ class KeptProject:
             timeout=300,
         )
 
-    def up(self) -> Path:
+    def up(self, *options: str) -> Path:
         """`haico stack up demo`; the state file it names."""
-        result = self.haico("stack", "up", "demo")
+        result = self.haico("stack", "up", "demo", *options)
         assert result.returncode == 0, result.stdout + result.stderr
         [line] = [line for line in result.stdout.splitlines() if "state file" in line]
         return Path(line.rsplit(" ", 1)[1])
@@ -96,7 +96,7 @@ def _run_dirs(campaign: CampaignProject) -> list[Path]:
 
 def test_two_runs_use_one_kept_stack_that_only_down_stops(kept: KeptProject) -> None:
     campaign = kept.campaign
-    state = kept.up()
+    state = kept.up("--dump-interval", "1")
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
     assert stat.S_IMODE(state.parent.stat().st_mode) == 0o700
     before = _processes(state)
@@ -132,6 +132,14 @@ def test_two_runs_use_one_kept_stack_that_only_down_stops(kept: KeptProject) -> 
     assert not any((run / "dumps").exists() or (run / "services.json").exists() for run in runs)
     kept_dir = json.loads(state.read_text())["directory"]
     assert all(f"KEPT_STACK={kept_dir}" in (run / "run-config.env").read_text() for run in runs)
+
+    # The supervisor's periodic dumps, every second here (each replaces the one before).
+    def periodic() -> list[str]:
+        return [path.name for path in Path(kept_dir, "dumps").glob("periodic-*.dump")]
+
+    wait_for(lambda: len(periodic()) == 1, timeout=30, what="a periodic dump")
+    newest = periodic()
+    wait_for(lambda: periodic() not in ([], newest), timeout=30, what="the next periodic dump")
 
     status = kept.haico("stack", "status", "demo")
     assert status.returncode == 0, status.stdout + status.stderr
