@@ -24,8 +24,8 @@ XDIST_MESSAGE = (
 
 
 def check_supported(settings: Settings) -> None:
-    """Options of the public interface whose machinery has not landed yet are refused now,
-    not after an hour in the queue; so are options that mean nothing on the chosen profile."""
+    """Options that mean nothing on the chosen profile are refused now, not after an hour
+    in the queue."""
     if settings.backend_image is not None and settings.profile is not Profile.CLUSTER:
         raise pytest.UsageError(
             "haico: --haico-backend-image runs the backend from an image, which only the "

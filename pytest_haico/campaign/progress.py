@@ -225,13 +225,13 @@ class ProgressPlugin:
                 return  # it never was healthy: its failed start had the line
             self._up.discard(arm)
         count = sum(self.recorder.verdicts.get(arm, {}).values())
-        up = f" after {format_span(seconds)} up" if seconds is not None else ""
+        after = f" after {format_span(seconds)}" if seconds is not None else ""
         if self.sessions.kept is not None:
-            attached = f" after {format_span(seconds)}" if seconds is not None else ""
             self.log.line(
-                f"haico: {arm} detached{attached}, {count} item(s) recorded; the stack runs on"
+                f"haico: {arm} detached{after}, {count} item(s) recorded; the stack runs on"
             )
             return
+        up = f"{after} up" if after else ""
         self.log.line(f"haico: {arm} stack stopped{up}, {count} item(s) recorded")
 
     def recorded(self, state: ItemAttempt, record: LedgerRecord) -> None:

@@ -27,7 +27,6 @@ from pytest_haico.errors import HaicoError, StackError
 from pytest_haico.stack.kept import (
     KeptService,
     KeptState,
-    is_same_process,
     read_state,
     stacks_dir,
     state_path,
@@ -318,7 +317,7 @@ def down(target: str, *, say: Say) -> int:
 
 def _signal(state: KeptState, sig: signal.Signals) -> None:
     """Signal the supervisor if it is still the process the state file names."""
-    if is_same_process(state.supervisor_pid, state.supervisor_start_time):
+    if state.supervisor_alive():
         with contextlib.suppress(ProcessLookupError):
             os.kill(state.supervisor_pid, sig)
 

@@ -24,8 +24,8 @@ class KeptProcess:
         self._secrets = secrets
 
     def exit_status(self) -> int | None:
-        """None while it runs; once it has ended, None is no longer an answer, but its
-        status is its parent's to know: `ENDED`."""
+        """None while it runs, then `ENDED` (its status is its parent's, the supervisor's,
+        to know)."""
         return None if self.service.alive() else ENDED
 
     def log_tail(self) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import StackError
-from pytest_haico.stack.procfs import read_proc_stat
+from pytest_haico.stack.procfs import is_alive
 from pytest_haico.stack.statedir import (
     default_state_dir,
     ensure_private_dir,
@@ -45,7 +45,7 @@ class KeptService:
     ready_s: float = 0.0  # the stack's start → healthy
 
     def alive(self) -> bool:
-        return is_same_process(self.pid, self.start_time)
+        return is_alive(self.pid, self.start_time)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class KeptState:
             ) from None
 
     def supervisor_alive(self) -> bool:
-        return is_same_process(self.supervisor_pid, self.supervisor_start_time)
+        return is_alive(self.supervisor_pid, self.supervisor_start_time)
 
 
 def serves(
@@ -129,12 +129,6 @@ def serve_changes(kept: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
             if old != new:
                 changes.append(f"{section}.{key}: {json.dumps(old)} -> {json.dumps(new)}")
     return changes
-
-
-def is_same_process(pid: int, start_time: int) -> bool:
-    """Whether `pid` is still the process that started at `start_time` (not a zombie)."""
-    stat = read_proc_stat(pid)
-    return stat is not None and stat.start_time == start_time and stat.state != "Z"
 
 
 def stacks_dir() -> Path:

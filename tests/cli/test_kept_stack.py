@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from pytest_haico.stack.kept import is_same_process
+from pytest_haico.stack import procfs
 from pytest_haico.stack.ports import is_port_free
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.polling import is_alive, wait_for
@@ -58,7 +58,7 @@ class KeptProject:
     def kill_supervisors(self) -> None:
         for path in self.stacks.glob("*.json"):
             data = json.loads(path.read_text())
-            if "supervisor_pid" in data and is_same_process(
+            if "supervisor_pid" in data and procfs.is_alive(
                 data["supervisor_pid"], data["supervisor_start_time"]
             ):
                 os.kill(data["supervisor_pid"], signal.SIGKILL)
@@ -120,7 +120,7 @@ def test_two_runs_use_one_kept_stack_that_only_down_stops(kept: KeptProject) -> 
     third.stdout.fnmatch_lines(["*1 passed, 2 deselected*"])
 
     # The same processes throughout: nothing restarted, nothing stopped.
-    assert all(is_same_process(pid, start) for pid, start in before.values())
+    assert all(procfs.is_alive(pid, start) for pid, start in before.values())
     assert _processes(state) == before
     records = campaign.records("demo")
     assert sorted(r["script"] for r in records) == ["a", "b", "b", "c"]
@@ -234,7 +234,7 @@ def test_an_attached_run_ended_by_sigterm_leaves_the_stack_running(kept: KeptPro
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 75, run.output()
     assert {r["verdict"] for r in campaign.records("demo")} <= {"interrupted", "completed"}
-    assert all(is_same_process(pid, start) for pid, start in before.values())
+    assert all(procfs.is_alive(pid, start) for pid, start in before.values())
     status = kept.haico("stack", "status", "demo")
     assert status.returncode == 0, status.stdout + status.stderr
     assert kept.haico("stack", "down", "demo").returncode == 0
@@ -292,7 +292,7 @@ def test_a_service_that_dies_ends_the_kept_stack_after_a_final_dump(kept: KeptPr
     directory = Path(json.loads(state.read_text())["directory"])
     os.kill(processes["backend"][0], signal.SIGKILL)
     wait_for(
-        lambda: not any(is_same_process(pid, start) for pid, start in processes.values()),
+        lambda: not any(procfs.is_alive(pid, start) for pid, start in processes.values()),
         timeout=30,
         what="the supervisor to stop its stack",
     )

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_haico.stack.kept import is_same_process
+from pytest_haico.stack import procfs
 from tests.polling import wait_for
 from tests.slurm.cluster import SlurmCluster
 
@@ -49,11 +49,11 @@ def test_a_kept_stack_ends_with_its_allocation(slurm_cluster: SlurmCluster, tmp_
         processes = [(kept["supervisor_pid"], kept["supervisor_start_time"])] + [
             (s["pid"], s["start_time"]) for s in kept["services"]
         ]
-        assert all(is_same_process(pid, start) for pid, start in processes)
+        assert all(procfs.is_alive(pid, start) for pid, start in processes)
 
         slurm_cluster.run("scancel", job, check=True)
         wait_for(
-            lambda: not any(is_same_process(pid, start) for pid, start in processes),
+            lambda: not any(procfs.is_alive(pid, start) for pid, start in processes),
             timeout=60,
             what="the kept stack to end with its allocation",
         )
