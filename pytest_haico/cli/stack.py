@@ -236,9 +236,10 @@ def _status_lines(path: Path, state: KeptState) -> Iterator[str]:
     yield f"  state file: {path}"
     dumps = sorted((Path(state.directory) / "dumps").glob("*.dump"))
     newest = f", newest {dumps[-1].name}" if dumps else ""
+    every = _duration(state.dump_interval_s) if state.dump_interval_s > 0 else None
     yield (
-        f"  logs and dumps: {state.directory} ({len(dumps)} dump(s){newest}; every "
-        f"{_duration(state.dump_interval_s)})"
+        f"  logs and dumps: {state.directory} ({len(dumps)} dump(s){newest}; "
+        + (f"every {every})" if every else "only the final one, at down)")
     )
     yield f"  arm file: {state.arm_file}"
     for section, values in sorted(state.serves.items()):
