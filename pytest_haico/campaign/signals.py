@@ -23,11 +23,14 @@ interval; a gate under way is cancelled), and the start raises it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+
+import pytest
 
 from pytest_haico.runner.arm_runs import ArmRuns
 
@@ -69,6 +72,14 @@ class SessionSignals:
         }
         for signum, handler in handlers.items():
             self._previous[signum] = signal.signal(signum, handler)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Before pytest's terminal reporter renders the interrupt: a signal can land on an
+        instruction without a line number (a generator's first, in Python 3.11), and
+        pytest's rendering of that traceback entry fails (`tb_lineno` None), which would end
+        the run with exit 1 instead of its exit code and summary."""
+        drop_lineless_entries(excinfo.value)
 
     def pytest_unconfigure(self) -> None:
         for signum, previous in self._previous.items():
@@ -145,3 +156,23 @@ class SessionSignals:
         self.sessions.terminate(reason)
         if first and not self.sessions.tearing_down:
             self._interrupt(TerminatedError(reason))
+
+
+def drop_lineless_entries(error: BaseException) -> None:
+    """Unlink the traceback entries without a line number from `error` and the exceptions
+    it chains to; the outermost entry stays the head, so whoever holds it sees the rest."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        kept = []
+        entry = current.__traceback__
+        while entry is not None:
+            if entry.tb_lineno is not None or entry is current.__traceback__:
+                kept.append(entry)
+            entry = entry.tb_next
+        for outer, inner in itertools.pairwise(kept):
+            outer.tb_next = inner
+        if kept:
+            kept[-1].tb_next = None
+        current = current.__cause__ or current.__context__
