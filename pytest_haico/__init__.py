@@ -1,6 +1,7 @@
 """pytest-haico: campaigns of scripted LLM conversations as one pytest session.
 
-The package's parts, and which way their imports run (a test enforces it):
+The package's parts are its folders; README's "Layout" has the table of what each holds
+and may import, which `tests/test_architecture.py` enforces:
 
     plugin.py, fixtures.py   pytest's entry point and the fixtures: may import every part
     campaign/    the session's hooks: setup, selection, recording, summary, signals
@@ -10,18 +11,18 @@ The package's parts, and which way their imports run (a test enforces it):
     ledger/      records, verdicts, durable append, resume, recorder, run directories
     config/      settings, arms and scripts, cluster.env, items and identity
     provenance/  what a run leaves for later: pg_dumps, run-config.env/.json
-    gates/       the preflight gates, each a small timed check (config and ledger only)
-    results/     the results API: a campaign's records as objects or DataFrames (config only)
-    cli/         the `haico` command: cost, staged and journaled submission, report, compare,
-                 init (config, ledger and results), and the kept stack (stack, provenance)
+    gates/       the preflight gates, each a small timed check
+    slurm/       the only caller of Slurm's commands
+    results/     the results API: a campaign's records as objects or DataFrames
+    report/      the report's figures, compare, the cost model
+    submit/      frozen inputs, journal, a stage's jobs, continuation
+    kept/        a stack kept up between runs by a supervisor
+    cli/         the `haico` command: parsing and printing, one module per command
     standins/    the local profile's model server and backend, reached over HTTP only
 
-campaign may import every part but the stand-ins; runner may import driver, stack, ledger,
-provenance and config; provenance imports stack and config; driver imports config and the
-ledger's record types; stack and ledger import config; config imports nothing of the
-others. The shared helpers `errors` and `redact` may be imported by every part, the
-stand-ins included; no other core module imports a stand-in, and the stand-ins import
-nothing else of the core.
+The shared helpers `errors` and `redact` may be imported by every part, the stand-ins
+included; no other core module imports a stand-in, and the stand-ins import nothing else of
+the core.
 
 The public names below load on first use, so that `import pytest_haico` (which every
 pytest start does, through the plugin's entry point) stays cheap.

@@ -18,17 +18,20 @@ ALLOWED: dict[str, set[str]] = {
     "ledger": {"config"},
     "driver": {"config", "ledger.records", "ledger.verdicts"},
     "stack": {"config"},
-    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates"},
-    "provenance": {"config", "stack"},
-    "standins": set(),
-    "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates"},
-    "gates": {"config", "ledger"},
-    # The kept stack (`haico stack`) is the one command that starts services.
-    "cli": {"config", "ledger", "results", "stack", "provenance"},
-    # The public results API (`pytest_haico.results`, a package): what the command line reads
-    # campaigns with; it reads ledger lines itself (schemas 1 and 2) and reads schema 1's
-    # identity strings with the configuration's parsers.
+    "slurm": {"config"},
+    "gates": {"config", "ledger", "slurm"},
+    "provenance": {"config", "stack", "slurm"},
+    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
+    "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
+    # The public results API (`pytest_haico.results`, a package): what the report, the
+    # cost model and the command line read campaigns with.
     "results": {"config"},
+    "report": {"config", "ledger", "results", "slurm"},
+    # A submission sizes its arrays with the cost model.
+    "submit": {"config", "ledger", "results", "report", "slurm"},
+    "kept": {"config", "ledger", "stack", "provenance", "slurm"},
+    "cli": {"config", "ledger", "results", "report", "submit", "kept", "slurm"},
+    "standins": set(),
 }
 # Packages whose own `__init__` belongs to their part (the results API's is its public face);
 # the top-level modules (plugin.py, fixtures.py) are pytest's entry points and see everything.
@@ -104,7 +107,31 @@ def test_the_rule_catches_a_crossing_import() -> None:
     assert not _is_allowed("pytest_haico.standins.llm", "pytest_haico.config.settings")
     assert not _is_allowed("pytest_haico.config.items", "pytest_haico.ledger.records")
     assert _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.verdicts")
-    assert _is_allowed("pytest_haico.cli.report", "pytest_haico.results")
+    assert _is_allowed("pytest_haico.report.terminal", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.results", "pytest_haico.ledger.jsonl")
     assert not _is_allowed("pytest_haico.ledger.resume", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
+
+
+def _readme_table() -> dict[str, set[str]]:
+    """README's import table: part -> the parts it may import."""
+    text = (PACKAGE.parent / "README.md").read_text()
+    start = text.index("<!-- import table")
+    end = text.index("<!-- end of import table -->")
+    table: dict[str, set[str]] = {}
+    for line in text[start:end].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        may = set() if cells[2] == "nothing" else {c.strip(" `") for c in cells[2].split(",")}
+        table[cells[0].strip("`")] = may
+    return table
+
+
+def test_the_readme_import_table_is_the_rule() -> None:
+    assert _readme_table() == ALLOWED
+
+
+def test_every_part_is_a_folder_of_the_package() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(ALLOWED)

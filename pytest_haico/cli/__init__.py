@@ -1,3 +1,3 @@
-"""The `haico` command: campaign operations on top of the plugin (cost model, staged and
-journaled submission). It reads ledgers and configuration, and talks to Slurm through its
-client commands; it never starts a stack."""
+"""The `haico` command line: argument parsing and printing only, one module per command
+(`main` builds the parser from them); the work is done by `submit`, `report`, `kept` and the
+parts below them."""

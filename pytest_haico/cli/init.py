@@ -8,23 +8,38 @@ settings batch jobs rely on.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import textwrap
 from pathlib import Path
 
-from pytest_haico.cli.inputs import PACKAGED_SCRIPT, SCRIPT_FILE
-from pytest_haico.config.items import ITEM_MODULE
 from pytest_haico.errors import HaicoError
 
-TEMPLATE = Path(__file__).parent / "files" / "init"
-TEST_MODULE = (
-    '"""The campaign\'s one test: each item is a scripted conversation (arm x script x '
-    'repeat)."""\n\nfrom __future__ import annotations\n\n' + textwrap.dedent(ITEM_MODULE) + "\n"
-)
+TEMPLATE = Path(__file__).parents[1] / "templates" / "project"
 
 
 class InitError(HaicoError):
     """The new repository cannot be written where asked."""
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    init = commands.add_parser(
+        "init", help="write a new experiments repository that runs on the local profile"
+    )
+    init.add_argument("dir", type=Path, help="a new (or empty) directory")
+    init.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = Path(args.dir)
+    for path in init(target):
+        print(f"haico: wrote {path}")
+    print(
+        f"haico: next: cd {target} && pytest experiments (the local profile: a real "
+        "Postgres and the stand-ins); then, on a cluster, haico submit <campaign> --stage "
+        "smoke --dry-run"
+    )
+    return 0
 
 
 def init(target: Path) -> list[Path]:
@@ -34,6 +49,11 @@ def init(target: Path) -> list[Path]:
             f"{target} exists and is not an empty directory: give a new directory, or move "
             "what is there"
         )
+    # Imported here: `haico` loads every command's module, and these load the experiment
+    # models (pydantic), which no other command's start-up should pay for.
+    from pytest_haico.config.items import ITEM_MODULE
+    from pytest_haico.submit.inputs import PACKAGED_SCRIPT, SCRIPT_FILE
+
     written: list[Path] = []
     try:
         for source in sorted(TEMPLATE.rglob("*")):
@@ -43,7 +63,7 @@ def init(target: Path) -> list[Path]:
                 shutil.copyfile(source, destination)
                 written.append(destination)
         test_module = target / "experiments" / "test_conversations.py"
-        test_module.write_text(TEST_MODULE)
+        test_module.write_text(_test_module(ITEM_MODULE))
         script = target / "sbatch" / SCRIPT_FILE
         script.parent.mkdir(exist_ok=True)
         shutil.copyfile(PACKAGED_SCRIPT, script)
@@ -51,3 +71,12 @@ def init(target: Path) -> list[Path]:
     except OSError as exc:
         raise InitError(f"cannot write {target}: {exc.strerror or exc}") from exc
     return sorted([*written, test_module, script])
+
+
+def _test_module(item_module: str) -> str:
+    return (
+        '"""The campaign\'s one test: each item is a scripted conversation (arm x script x '
+        'repeat)."""\n\nfrom __future__ import annotations\n\n'
+        + textwrap.dedent(item_module)
+        + "\n"
+    )

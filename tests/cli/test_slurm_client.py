@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli import slurm
+from pytest_haico.slurm import client as slurm
 
 
 def _bin(tmp_path: Path, **scripts: str) -> dict[str, str]:

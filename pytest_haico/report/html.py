@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.cli.report_data import (
+from pytest_haico.report.data import (
     MEASURED,
     PROVENANCE_KEYS,
     VERDICT_ORDER,

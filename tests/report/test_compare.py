@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli.compare import compare_lines, load_operand
 from pytest_haico.cli.main import main
+from pytest_haico.report.compare import compare_lines, load_operand
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
 # Items: `greet` and `notes` complete under persona helpful; `unasked` expects an artifact

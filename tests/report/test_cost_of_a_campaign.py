@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pytest_haico.cli.item_costs import load_costs
+from pytest_haico.report.item_costs import load_costs
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
 LATENCY_S = 0.2

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli.continuation import _owed
-from pytest_haico.cli.journal import Journal, PlannedJob
+from pytest_haico.submit.continuation import _owed
+from pytest_haico.submit.journal import Journal, PlannedJob
 
 
 def _plan(name: str, *, continues: dict[str, tuple[int, ...]] | None = None) -> PlannedJob:

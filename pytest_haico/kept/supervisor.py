@@ -1,5 +1,5 @@
 """The supervisor of a kept stack: `haico stack up` starts it as
-`python -m pytest_haico.cli.supervisor` in a session of its own, with its request (no
+`python -m pytest_haico.kept.supervisor` in a session of its own, with its request (no
 secret) on stdin and its log as stderr.
 
 It starts the arm's stack (every service its child, with a parent-death signal: a

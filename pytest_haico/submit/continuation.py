@@ -10,10 +10,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_haico.cli.cost import MIN_ITEMS, plan_array
-from pytest_haico.cli.inputs import Submission
-from pytest_haico.cli.item_costs import StratumCost
-from pytest_haico.cli.jobs import (
+from pytest_haico.config.experiment import Arm, Experiments, load_experiments
+from pytest_haico.config.item_list import parse_item_list
+from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
+from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.report.cost import MIN_ITEMS, plan_array
+from pytest_haico.report.item_costs import StratumCost
+from pytest_haico.slurm.timelimits import Partition, resolve_partition
+from pytest_haico.submit.inputs import Submission
+from pytest_haico.submit.jobs import (
     CONTINUABLE,
     Request,
     Say,
@@ -30,14 +37,7 @@ from pytest_haico.cli.jobs import (
     run_jobs,
     show,
 )
-from pytest_haico.cli.journal import Journal, JournaledJob, PlannedJob
-from pytest_haico.cli.timelimits import Partition, resolve_partition
-from pytest_haico.config.experiment import Arm, Experiments, load_experiments
-from pytest_haico.config.item_list import parse_item_list
-from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
-from pytest_haico.config.settings import Profile, Shard
-from pytest_haico.ledger.jsonl import iter_ledger_dir
-from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob
 
 
 def continue_(submission: Submission, request: Request, *, say: Say) -> int:

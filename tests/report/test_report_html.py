@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli.report_html import SECTIONS
+from pytest_haico.report.html import SECTIONS
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

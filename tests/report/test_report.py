@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli import report_html
 from pytest_haico.cli.main import main
+from pytest_haico.report import html as report_html
 from pytest_haico.results import MissingExtraError
 from tests.results.ledgers import record, write_ledger
 

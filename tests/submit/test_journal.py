@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli.journal import JobState, Journal, JournalError, PlannedJob
+from pytest_haico.submit.journal import JobState, Journal, JournalError, PlannedJob
 
 
 def _plan(name: str = "haico.c.abc.smoke.demo.default") -> PlannedJob:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.cli.run_startup import run_startup_s
+from pytest_haico.report.run_startup import run_startup_s
 from pytest_haico.results import Record, Results
 
 # The verdicts of attempts that ran to their own end, so their duration is the item's

@@ -22,7 +22,7 @@ MANIFEST_FILE = "submission.json"
 SCRIPT_FILE = "campaign.sbatch"
 # The batch script this package ships (the repository's sbatch/campaign.sbatch links to it):
 # submitted unless the project has its own sbatch/campaign.sbatch or --sbatch names one.
-PACKAGED_SCRIPT = Path(__file__).parent / "files" / SCRIPT_FILE
+PACKAGED_SCRIPT = Path(__file__).parents[1] / "templates" / SCRIPT_FILE
 # pytest's configuration files, in the order pytest looks for them in a directory.
 _INI_FILES = (
     ("pytest.ini", None),

@@ -9,19 +9,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_haico.cli import slurm
-from pytest_haico.cli.inputs import Submission
-from pytest_haico.cli.item_costs import StratumCost, load_costs
-from pytest_haico.cli.journal import JobState, Journal, JournaledJob, PlannedJob
-from pytest_haico.cli.timelimits import (
+from pytest_haico.config.experiment import Experiments, SlurmSection
+from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
+from pytest_haico.errors import HaicoError
+from pytest_haico.report.item_costs import StratumCost, load_costs
+from pytest_haico.slurm import client as slurm
+from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
     parse_time_limit,
     read_partitions,
 )
-from pytest_haico.config.experiment import Experiments, SlurmSection
-from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
-from pytest_haico.errors import HaicoError
+from pytest_haico.submit.inputs import Submission
+from pytest_haico.submit.journal import JobState, Journal, JournaledJob, PlannedJob
 
 Say = Callable[[str], None]
 

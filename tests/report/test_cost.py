@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli import item_costs
-from pytest_haico.cli.cost import MIN_ITEMS, ItemLongerThanCapError, cost_lines, plan_array
-from pytest_haico.cli.item_costs import CostError, StratumCost, load_costs
-from pytest_haico.cli.timelimits import (
+from pytest_haico.errors import ConfigError, ResultsError
+from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.report import item_costs
+from pytest_haico.report.cost import MIN_ITEMS, ItemLongerThanCapError, cost_lines, plan_array
+from pytest_haico.report.item_costs import CostError, StratumCost, load_costs
+from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
     parse_sinfo,
     parse_time_limit,
     read_partitions,
 )
-from pytest_haico.errors import ConfigError, ResultsError
-from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
-from pytest_haico.ledger.verdicts import Verdict
 from tests.ledger.schema_lines import SCHEMA_1_LINE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,0 +1,137 @@
+"""The terminal report (`haico report`): a campaign's verdicts, turns, latency, tokens,
+retries, start-up and provenance per arm × stratum, as a table (the HTML report is `html`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator, Sequence
+
+from pytest_haico.report.data import Report, count, seconds
+
+_HEAD = (
+    "arm",
+    "stratum",
+    "items",
+    "turns",
+    "median",
+    "p95",
+    "tokens in",
+    "tokens out",
+    "retries",
+    "gave up",
+    "verdicts",
+)
+
+
+def table(rows: Sequence[tuple[str, ...]]) -> Iterator[str]:
+    """Rows as aligned columns (the last one left free)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=False))
+        ]
+        yield "  ".join([*cells, row[-1]]).rstrip()
+
+
+def report_lines(report: Report) -> Iterator[str]:
+    """The terminal report, line by line."""
+    results = report.results
+    yield (
+        f"{results.path}: {len(report.newest):,} items, {len(results.records):,} records, "
+        f"{len({(r.arm, r.run_id) for r in report.runs}):,} runs"
+    )
+    rows: list[tuple[str, ...]] = [_HEAD]
+    for cell in report.cells:
+        rows.append(
+            (
+                cell.arm,
+                cell.stratum,
+                count(cell.items),
+                count(cell.turns),
+                seconds(cell.median_s),
+                seconds(cell.p95_s),
+                count(cell.tokens_in),
+                count(cell.tokens_out),
+                count(cell.retries),
+                count(cell.gave_up),
+                cell.verdict_text(),
+            )
+        )
+    yield ""
+    yield from table(rows)
+    yield (
+        "  (each item's newest record: median and p95 item seconds of those that ran to their "
+        "own end; retries: attempts after an item's first)"
+    )
+    yield ""
+    yield from _startup_lines(report)
+    yield from _adaptation_lines(report)
+    yield ""
+    yield from _provenance_lines(report)
+    if results.orphans:
+        yield ""
+        yield (
+            f"{len(results.orphans)} transcript(s) of attempts without a record (killed "
+            f"mid-item), e.g. {results.orphans[0].path}"
+        )
+
+
+def _startup_lines(report: Report) -> Iterator[str]:
+    arms = sorted({run.arm for run in report.runs})
+    for arm in arms:
+        measured = [r.startup_s for r in report.runs if r.arm == arm and r.startup_s is not None]
+        if measured:
+            yield (
+                f"stack start-up, {arm}: median {seconds(statistics.median(measured))}, "
+                f"max {seconds(max(measured))} over {len(measured)} run(s) "
+                "(run directory claimed → first item)"
+            )
+        else:
+            yield (
+                f"stack start-up, {arm}: not measured (no run that started its own stack "
+                "left claim.json; runs attached to a kept stack started none)"
+            )
+
+
+def _adaptation_lines(report: Report) -> Iterator[str]:
+    if report.recorded_adaptations:
+        for cell in report.cells:
+            yield f"adaptations, {cell.arm} {cell.stratum}: {cell.adaptations}"
+        return
+    adapted = [run for run in report.runs if run.adaptations]
+    yield (
+        "adaptations: the ledger records none; from each run's run-config (keys naming "
+        "ADAPT): " + ("none" if not adapted else f"{len(adapted)} run(s), below")
+    )
+    for run in adapted:
+        yield f"  {run.arm} {run.run_id}: " + "; ".join(run.adaptations)
+
+
+def _provenance_lines(report: Report) -> Iterator[str]:
+    from pytest_haico.report.data import PROVENANCE_KEYS
+
+    yield "runs (provenance from runs/<run_id>/run-config.json):"
+    configs = [run.config for run in report.runs if run.config]
+    # Values every run shares are shown once; each run's line shows what differs.
+    shared = {
+        key: configs[0][key]
+        for key in PROVENANCE_KEYS
+        if configs
+        and all(config.get(key) == configs[0].get(key) for config in configs)
+        and key in configs[0]
+    }
+    if shared and len(report.runs) > 1:
+        yield "  in every run-config: " + "; ".join(
+            f"{key}={value}" for key, value in shared.items()
+        )
+    for run in report.runs:
+        keys = [k for k in PROVENANCE_KEYS if k in run.config]
+        if len(report.runs) > 1:
+            keys = [k for k in keys if k not in shared]
+        values = [f"{key}={run.config[key]}" for key in keys]
+        shown = "; ".join(values) if values else ("no run-config.json" if not run.config else "")
+        yield (
+            f"  {run.arm} {run.run_id}: {run.records:,} records, start-up "
+            f"{seconds(run.startup_s)}" + (f"; {shown}" if shown else "")
+        )

@@ -1,0 +1,2 @@
+"""Campaign submission: frozen inputs, the journal, the jobs of a stage and their
+continuation (`haico submit`, `haico continue`)."""
