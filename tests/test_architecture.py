@@ -10,7 +10,10 @@ import pytest
 import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
-SHARED = {"pytest_haico", "pytest_haico.errors", "pytest_haico.redact"}
+# The bottom layer: helpers for the outside world every part shares (the redaction filter,
+# /proc). They import nothing of the package but `errors`.
+BOTTOM = {"redact", "procfs"}
+SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)
 ALLOWED: dict[str, set[str]] = {
@@ -100,6 +103,13 @@ def test_module_imports_only_what_its_part_may(module: str, path: Path) -> None:
     assert not crossing, "\n".join(crossing)
 
 
+@pytest.mark.parametrize("name", sorted(BOTTOM))
+def test_the_bottom_layer_imports_nothing_of_the_package_but_errors(name: str) -> None:
+    path = PACKAGE / f"{name}.py"
+    imported = {module for _, module in _imports(path)}
+    assert imported <= {"pytest_haico.errors"}, f"{path.relative_to(PACKAGE.parent)}: {imported}"
+
+
 def test_the_rule_catches_a_crossing_import() -> None:
     assert not _is_allowed("pytest_haico.ledger.recorder", "pytest_haico.driver.conversation")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.stack.service")
@@ -111,6 +121,7 @@ def test_the_rule_catches_a_crossing_import() -> None:
     assert not _is_allowed("pytest_haico.results", "pytest_haico.ledger.jsonl")
     assert not _is_allowed("pytest_haico.ledger.resume", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
+    assert _is_allowed("pytest_haico.ledger.claims", "pytest_haico.procfs")
 
 
 def _readme_table() -> dict[str, set[str]]:

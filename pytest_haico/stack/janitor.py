@@ -25,8 +25,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import is_alive, iter_session, read_proc_stat, read_proc_uid
 from pytest_haico.stack.ports import reap_stale_claims
-from pytest_haico.stack.procfs import is_alive, iter_session, read_proc_stat, read_proc_uid
 from pytest_haico.stack.statedir import (
     check_private_dir,
     cleanup_problem,

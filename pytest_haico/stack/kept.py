@@ -18,7 +18,7 @@ from typing import Any
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import StackError
-from pytest_haico.stack.procfs import is_alive
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack.statedir import (
     default_state_dir,
     ensure_private_dir,

@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pytest_haico.errors import StackError
-from pytest_haico.stack.procfs import is_alive, read_proc_stat
+from pytest_haico.procfs import is_alive, read_proc_stat
 from pytest_haico.stack.statedir import (
     ensure_private_dir,
     read_owned_file,

@@ -19,13 +19,13 @@ from secrets import token_urlsafe
 from typing import Protocol
 
 from pytest_haico.errors import PortInUseError, StackError
-from pytest_haico.redact import Redactor
-from pytest_haico.stack.procfs import (
+from pytest_haico.procfs import (
     death_signal_preexec,
     read_proc_stat,
     read_proc_uid,
     session_listens,
 )
+from pytest_haico.redact import Redactor
 
 logger = logging.getLogger(__name__)
 

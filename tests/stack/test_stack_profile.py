@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from pytest_haico.errors import ConfigError
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import Stack, build_local_stack
-from pytest_haico.stack.procfs import is_alive
 
 
 def _build(log_dir: Path, **options: Any) -> Stack:
