@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import HaicoError, StackError
+from pytest_haico.files import make_dirs, open_for_append
 from pytest_haico.stack.kept import (
     KeptService,
     KeptState,
@@ -123,11 +124,11 @@ def _start_supervisor(
     _refuse_a_second(path)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     directory = campaign_dir / arm.name / "kept" / f"{stamp}-{os.getpid()}"
-    directory.mkdir(parents=True)
+    make_dirs(directory, request["file_mode"])
     log = directory / "supervisor.log"
     request["directory"] = str(directory)
     say(f"haico: starting the stack of arm {arm.name} ({profile.value} profile); log: {log}")
-    with log.open("ab") as stderr:
+    with os.fdopen(open_for_append(log, mode=request["file_mode"]), "ab") as stderr:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "pytest_haico.kept.supervisor"],
             stdin=subprocess.PIPE,

@@ -24,7 +24,7 @@ from pathlib import Path
 from pytest_haico import procfs
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ResultsError, ShareClaimedError
-from pytest_haico.ledger.files import create_file, write_fully
+from pytest_haico.files import link_new_file
 
 _ATTEMPTS = 5
 
@@ -132,7 +132,7 @@ def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareC
     """
     content = me.to_json()
     for _ in range(_ATTEMPTS):
-        if _link_new(path, content, file_mode):
+        if link_new_file(path, content, mode=file_mode):
             return ShareClaim(path, content)
         try:
             found = path.read_bytes()
@@ -146,27 +146,6 @@ def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareC
         f"{share}: could not take the claim {path}: other runs kept taking it; find what "
         "else runs this share (squeue, ps), then rerun"
     )
-
-
-def _link_new(path: Path, content: bytes, file_mode: int) -> bool:
-    """Create `path` holding `content`, atomically; False if it exists."""
-    temp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    temp.unlink(missing_ok=True)  # left by a killed process that had our pid
-    try:
-        fd = create_file(temp, file_mode)
-        try:
-            write_fully(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            # Over NFS a retried link can report EEXIST for its own success.
-            return os.stat(temp).st_nlink == 2
-        return True
-    finally:
-        temp.unlink(missing_ok=True)
 
 
 def _break(path: Path, stale: bytes) -> None:
