@@ -21,7 +21,7 @@ and may import, which `tests/test_architecture.py` enforces:
     standins/    the local profile's model server and backend, reached over HTTP only
 
 The shared helpers may be imported by every part, the stand-ins included: `errors` and the
-bottom layer (`redact`, `files`, `procfs`), which imports nothing of the package
+bottom layer (`redact`, `files`, `procfs`, `durations`), which imports nothing of the package
 but `errors`. No other core module imports a stand-in, and the stand-ins import nothing else
 of the core.
 

@@ -11,8 +11,8 @@ import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
 # The bottom layer: helpers for the outside world every part shares (the redaction filter,
-# files, /proc). They import nothing of the package but `errors`.
-BOTTOM = {"redact", "files", "procfs"}
+# files, /proc, durations as text). They import nothing of the package but `errors`.
+BOTTOM = {"redact", "files", "procfs", "durations"}
 SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)
@@ -121,6 +121,7 @@ def test_the_rule_catches_a_crossing_import() -> None:
     assert not _is_allowed("pytest_haico.results", "pytest_haico.ledger.jsonl")
     assert not _is_allowed("pytest_haico.ledger.resume", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
+    assert _is_allowed("pytest_haico.standins.llm", "pytest_haico.durations")
     assert _is_allowed("pytest_haico.ledger.jsonl", "pytest_haico.files")
 
 

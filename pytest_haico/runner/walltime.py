@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from pytest_haico.durations import format_duration
 from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.verdicts import Verdict
 
@@ -114,16 +115,6 @@ def parse_scontrol_end_time(stdout: str, job_id: str) -> float | None:
             raise ValueError(f"no EndTime= in the record of job {job_id}")
         return parse_slurm_time(end.group(1))
     raise ValueError(f"no record of job {job_id}")
-
-
-def format_duration(seconds: float) -> str:
-    """``45 s``, ``4 min 10 s``, ``2 h 5 min``."""
-    total = max(0, round(seconds))
-    if total < 60:
-        return f"{total} s"
-    if total < 3600:
-        return f"{total // 60} min {total % 60} s"
-    return f"{total // 3600} h {total % 3600 // 60} min"
 
 
 def _spawn_thread(target: Callable[[], None]) -> None:

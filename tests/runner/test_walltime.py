@@ -17,7 +17,6 @@ from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.walltime import (
     JobEndTime,
     WalltimeAdmission,
-    format_duration,
     parse_scontrol_end_time,
     parse_slurm_time,
     parse_squeue_end_time,
@@ -167,14 +166,6 @@ def test_scontrol_record_is_picked_by_job_id() -> None:
         parse_scontrol_end_time(stdout, "23")
     with pytest.raises(ValueError, match="no EndTime="):
         parse_scontrol_end_time("JobId=9 JobState=RUNNING\n", "9")
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(-5, "0 s"), (0.4, "0 s"), (45, "45 s"), (250, "4 min 10 s"), (7500, "2 h 5 min")],
-)
-def test_durations_read_as_minutes_and_seconds(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
 
 
 # -- the job's end time ------------------------------------------------------------------
