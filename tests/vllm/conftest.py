@@ -9,9 +9,9 @@ import pytest
 
 from tests.standins.standin_http import API_KEY, MODEL
 from tests.standins.standin_procs import LlmServers
-from tests.vllm.real_vllm import MAX_MODEL_LEN, running_vllms
+from tests.vllm.real_vllm import MAX_MODEL_LEN, manifest_or_skip, running_vllms
 from tests.vllm.servers import Server, ServerPair
-from tests.vllm.setup_tier import SETUP_COMMAND, Manifest, read_manifest, tier_dir
+from tests.vllm.setup_tier import Manifest
 
 # The release the stand-in imitates here: the one the tier installs.
 STANDIN_VLLM_VERSION = "0.32.0"
@@ -20,10 +20,7 @@ STANDIN_VLLM_VERSION = "0.32.0"
 @pytest.fixture(scope="session")
 def vllm_tier() -> Manifest:
     """The real-vLLM tier's manifest; skips the test where the tier is not set up."""
-    manifest = read_manifest()
-    if manifest is None:
-        pytest.skip(f"the real-vLLM tier is not set up in {tier_dir()}: run `{SETUP_COMMAND}`")
-    return manifest
+    return manifest_or_skip()
 
 
 @pytest.fixture(scope="session")

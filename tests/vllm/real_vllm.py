@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.standins.standin_procs import base_env, free_port
-from tests.vllm.setup_tier import Manifest
+from tests.vllm.setup_tier import SETUP_COMMAND, Manifest, read_manifest, tier_dir
 
 MAX_MODEL_LEN = 2048
 # Spawn to healthy took 61 s under load; the bound is for a machine much busier than that.
@@ -37,6 +38,14 @@ class VllmProcess:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def manifest_or_skip() -> Manifest:
+    """The tier's manifest; `pytest.skip` naming the set-up command where there is none."""
+    manifest = read_manifest()
+    if manifest is None:
+        pytest.skip(f"the real-vLLM tier is not set up in {tier_dir()}: run `{SETUP_COMMAND}`")
+    return manifest
 
 
 def serve_argv(manifest: Manifest, *, port: int, tools: bool) -> list[str]:

@@ -251,19 +251,20 @@ def main() -> int:
     root = tier_dir()
     print(f"setup_tier: the real-vLLM tier in {root} (set {TIER_ENV} to move it)", flush=True)
     started = time.monotonic()
-    with _exclusive(root):
-        for name, step in STEPS:
-            began = time.monotonic()
-            try:
+    name = "lock"
+    try:
+        with _exclusive(root):
+            for name, step in STEPS:
+                began = time.monotonic()
                 done = step(root)
-            except StepError as exc:
-                print(f"setup_tier: step {name} FAILED: {exc}", file=sys.stderr)
-                return 1
-            except Exception as exc:  # one line, not a traceback: this is the user's CLI
-                print(f"setup_tier: step {name} FAILED: {exc!r}", file=sys.stderr)
-                return 1
-            took = time.monotonic() - began
-            print(f"setup_tier: {name}: {done or 'already done'} ({took:.1f} s)", flush=True)
+                took = time.monotonic() - began
+                print(f"setup_tier: {name}: {done or 'already done'} ({took:.1f} s)", flush=True)
+    except StepError as exc:
+        print(f"setup_tier: step {name} FAILED: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # one line, not a traceback: this is a command for people
+        print(f"setup_tier: step {name} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     print(f"setup_tier: ready in {time.monotonic() - started:.1f} s", flush=True)
     return 0
 
