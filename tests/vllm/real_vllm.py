@@ -18,7 +18,8 @@ from tests.standins.standin_procs import base_env, free_port
 from tests.vllm.setup_tier import SETUP_COMMAND, Manifest, read_manifest, tier_dir
 
 MAX_MODEL_LEN = 2048
-# Spawn to healthy took 61 s under load; the bound is for a machine much busier than that.
+# Two started at once were healthy after 134 s, and after 220 s at a load average of 8-11 on
+# two cores; the bound is for a machine busier than that.
 HEALTHY_WITHIN_S = 600.0
 STOP_GRACE_S = 30.0
 TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")

@@ -22,7 +22,7 @@ from tests.vllm.servers import ServerPair, iter_samples
 HELLO = [{"role": "user", "content": "Say hello."}]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 # strict: vLLM 0.32 pins a forced call's arguments to the schema only for strict tools.
-WEATHER_TOOL = {
+WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
