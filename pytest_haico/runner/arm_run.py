@@ -51,7 +51,7 @@ from pytest_haico.stack.attached import AttachedStack
 from pytest_haico.stack.kept import KeptState
 from pytest_haico.stack.orchestrator import ServiceTiming
 from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint, Stack
-from pytest_haico.stack.service import read_log_tail
+from pytest_haico.stack.service_log import read_log_tail
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
