@@ -50,7 +50,8 @@ from pytest_haico.stack.arm_stack import build_arm_stack
 from pytest_haico.stack.attached import AttachedStack
 from pytest_haico.stack.kept import KeptState
 from pytest_haico.stack.orchestrator import ServiceTiming
-from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint, Stack
+from pytest_haico.stack.profiles import Stack
+from pytest_haico.stack.request import BackendCommand, ModelEndpoint, StackRequest
 from pytest_haico.stack.service_log import read_log_tail
 
 _log = logging.getLogger(__name__)
@@ -176,14 +177,16 @@ class ArmRun:
             stack = AttachedStack(self.kept)
         else:
             stack = build_arm_stack(
-                arm,
-                self.claim.path,
-                profile=self.profile,
-                site=self.site,
-                backend_image=self.backend_image,
-                backend_command=self.backend_command,
-                model_endpoint=self.model_endpoint,
-                log_mode=self.recorder.file_mode,
+                StackRequest(
+                    arm=arm,
+                    run_dir=self.claim.path,
+                    profile=self.profile,
+                    site=self.site,
+                    backend_image=self.backend_image,
+                    backend_command=self.backend_command,
+                    model_endpoint=self.model_endpoint,
+                    log_mode=self.recorder.file_mode,
+                )
             )
         self.stack = stack
         self.redactor = Redactor(stack.secrets)

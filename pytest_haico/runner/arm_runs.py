@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pytest_haico.runner.preflight import GateLog
     from pytest_haico.runner.walltime import WalltimeAdmission
     from pytest_haico.stack.kept import KeptState
-    from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint
+    from pytest_haico.stack.request import BackendCommand, ModelEndpoint
 
 _log = logging.getLogger(__name__)
 # What the final pg_dump may take on top of --haico-drain-timeout, for walltime admission.
@@ -421,7 +421,7 @@ class ArmRuns:
 
 
 def _backend_command(settings: Settings) -> BackendCommand | None:
-    from pytest_haico.stack.profiles import BackendCommand
+    from pytest_haico.stack.request import BackendCommand
 
     if settings.backend_cmd is None:
         return None
@@ -429,7 +429,7 @@ def _backend_command(settings: Settings) -> BackendCommand | None:
 
 
 def _model_endpoint(settings: Settings) -> ModelEndpoint | None:
-    from pytest_haico.stack.profiles import ModelEndpoint
+    from pytest_haico.stack.request import ModelEndpoint
 
     if settings.model_endpoint is None:
         return None
