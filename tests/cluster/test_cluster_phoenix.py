@@ -218,7 +218,8 @@ def test_the_stack_starts_phoenix_and_keeps_its_database_in_the_run_directory(
         rows = database.execute("SELECT content_type, body FROM traces").fetchall()
     assert rows == [("application/x-protobuf", span)]
     assert not private.exists()
-    assert sorted(p.name for p in run.iterdir()) == ["logs", "phoenix.db"]
+    # What a run's stack leaves in its run directory: the logs, the registry's mirror.
+    assert sorted(p.name for p in run.iterdir()) == ["logs", "phoenix.db", "services.json"]
     assert not [pid for pid in pgids if is_alive(pid)]
     assert not group_members(pgids)
     assert grpc not in phoenix.ports.claimed
