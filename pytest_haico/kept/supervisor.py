@@ -36,7 +36,8 @@ from pytest_haico.redact import Redactor
 from pytest_haico.stack.arm_stack import build_arm_stack
 from pytest_haico.stack.kept import KeptService, KeptState, serves, write_state
 from pytest_haico.stack.procfs import read_proc_stat
-from pytest_haico.stack.profiles import BackendCommand, HttpService, Stack
+from pytest_haico.stack.profiles import HttpService, Stack
+from pytest_haico.stack.request import BackendCommand, StackRequest
 
 _log = logging.getLogger("haico.supervisor")
 # How often the supervisor looks at its services, and at its allocation.
@@ -106,14 +107,17 @@ def main() -> int:
 
 def _build(request: dict[str, Any], arm: Arm, site: ClusterEnv | None) -> Stack:
     command = request.get("backend_command")
+    backend_command = BackendCommand(command, Path(request["backend_dir"])) if command else None
     return build_arm_stack(
-        arm,
-        Path(request["directory"]),
-        profile=Profile(request["profile"]),
-        site=site,
-        backend_image=request.get("backend_image"),
-        backend_command=BackendCommand(command, Path(request["backend_dir"])) if command else None,
-        log_mode=int(request["file_mode"]),
+        StackRequest(
+            arm=arm,
+            run_dir=Path(request["directory"]),
+            profile=Profile(request["profile"]),
+            site=site,
+            backend_image=request.get("backend_image"),
+            backend_command=backend_command,
+            log_mode=int(request["file_mode"]),
+        )
     )
 
 
