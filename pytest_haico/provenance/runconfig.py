@@ -26,6 +26,7 @@ from pytest_haico.config.identity import source_tree
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.redact import Redactor
+from pytest_haico.slurm import client as slurm
 
 ENV_NAME = "run-config.env"
 JSON_NAME = "run-config.json"
@@ -144,7 +145,7 @@ def host_values(job: SlurmJob, experiments: Path, environ: Mapping[str, str]) ->
         "EXPERIMENTS_GIT_COMMIT": tree.commit or "none",
         "EXPERIMENTS_GIT_DIRTY": "1" if tree.dirty else "0",
         "GPUS": _gpus(environ),
-        "SLURM_VERSION": _first_line(["scontrol", "--version"]) or "none",
+        "SLURM_VERSION": slurm.version(environ) or "none",
     }
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
                  "SLURM_RESTART_COUNT", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST",
@@ -222,11 +223,6 @@ def _gpus(environ: Mapping[str, str]) -> str:
     )
     gpus = [", ".join(part.strip() for part in line.split(",")) for line in lines]
     return "; ".join(gpus) if gpus else "none"
-
-
-def _first_line(argv: list[str]) -> str | None:
-    lines = _run(argv, os.environ)
-    return lines[0] if lines else None
 
 
 def _run(argv: list[str], environ: Mapping[str, str]) -> list[str]:
