@@ -29,10 +29,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.ledger.item_times import MEASURED_VERDICTS
 from pytest_haico.ledger.jsonl import iter_ledger_dir
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
-from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.item_costs import load_costs
 
 TARGET_S = 2.0

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.item_times import MEASURED_VERDICTS
 from pytest_haico.ledger.jsonl import iter_ledger
 from pytest_haico.ledger.records import READABLE_SCHEMAS_PATTERN
-from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
 
 Warn = Callable[[str], None]
