@@ -6,15 +6,13 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.jsonl import RawRecord, iter_ledger_dir
+from pytest_haico.ledger.format import RawRecord, Warn, iter_ledger_dir
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS
-
-Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
