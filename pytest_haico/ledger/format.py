@@ -134,6 +134,7 @@ class UnreadableLedgerError(ResultsError):
         super().__init__(f"cannot read the ledger {path}: {problem}; {_RESUME_NEEDS}: {fix}")
 
 
+_BUFFER_BYTES = 1 << 20
 # The fields resume decides on.
 _RESUME_FIELDS = leading_fields_pattern("schema", "item_id", "attempt", "verdict", "finished_at")
 
@@ -184,7 +185,8 @@ def iter_ledger(
         os.close(fd)
         problem = f"it is a {kind}, not a regular file"
         raise UnreadableLedgerError(path, problem, f"move it out of {path.parent}", regular=False)
-    with os.fdopen(fd, "rb") as handle:
+    # Records are a few kB long: a small buffer would be refilled for nearly every line.
+    with os.fdopen(fd, "rb", buffering=_BUFFER_BYTES) as handle:
         try:
             yield from _iter_records(
                 handle, path, warn=warn, resume_fields=resume_fields, consumed=consumed
