@@ -124,7 +124,8 @@ _RESUME_NEEDS = "resume needs every ledger of the arm, or it would run finished 
 
 class UnreadableLedgerError(ResultsError):
     """A ledger file cannot be read at all (permissions, not a regular file, an I/O error):
-    skipping it would rerun what it records. `problem` says why, `fix` what to do."""
+    skipping it would rerun what it records. `problem` says why, `fix` what to do;
+    `regular` is False for a path that is no regular file (the results API skips it)."""
 
     def __init__(self, path: Path, problem: str, fix: str, *, regular: bool = True) -> None:
         self.path = path
