@@ -9,7 +9,8 @@ import shlex
 
 import pytest
 
-from pytest_haico.config.settings import add_options, resolve_settings
+from pytest_haico.config.options import add_options
+from pytest_haico.config.settings import resolve_settings
 
 CAMPAIGN_PLUGIN = "haico-campaign"
 NO_CAMPAIGN_PLUGIN = "haico-no-campaign"

@@ -1,23 +1,44 @@
-"""What several `haico` commands take: the project's options, the campaign directory, and
-the argument types that refuse a bad value in one line."""
+"""What several `haico` commands take: the project's options (resolved as pytest resolves
+them), the campaign directory, and the argument types that refuse a bad value in one line."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
+
+from pytest_haico.config.project import project_resolver
+from pytest_haico.config.resolution import Places, Resolver, resolve_places
+
+# The project options' flags, by the noun of the pytest option each stands for.
+PROJECT_FLAGS = {
+    "experiments": "--experiments",
+    "cluster_env": "--cluster-env",
+    "results": "--results",
+}
 
 
 def add_project_options(parser: argparse.ArgumentParser) -> None:
-    """--experiments, --cluster-env and --results, as pytest's --haico-* options mean them."""
+    """--experiments, --cluster-env and --results: pytest's --haico-* options, with their
+    environment variables, ini keys and defaults."""
     parser.add_argument(
-        "--experiments", type=Path, help="where arms/ and scripts/ are (default: ./experiments)"
+        "--experiments",
+        type=Path,
+        help="where arms/ and scripts/ are (default: $PYTEST_HAICO_EXPERIMENTS, "
+        "haico_experiments, else <rootdir>/experiments)",
     )
-    parser.add_argument("--cluster-env", type=Path, help="default: <experiments>/cluster.env")
+    parser.add_argument(
+        "--cluster-env",
+        type=Path,
+        help="default: $PYTEST_HAICO_CLUSTER_ENV, haico_cluster_env, else "
+        "<experiments>/cluster.env",
+    )
     parser.add_argument(
         "--results",
         type=Path,
-        help="results root (default: $CLUSTER_WORK/results, else <project>/results)",
+        help="results root (default: $PYTEST_HAICO_RESULTS, haico_results, else "
+        "$CLUSTER_WORK/results, else <rootdir>/results)",
     )
 
 
@@ -41,29 +62,23 @@ def margin(text: str) -> float:
     return value
 
 
-def campaign_dir(args: argparse.Namespace) -> Path:
-    """A path names the campaign directory; a bare name is under the results root."""
+def resolver(args: argparse.Namespace, *, flags: Mapping[str, str] = PROJECT_FLAGS) -> Resolver:
+    """The settings resolver of this command: `flags` (noun -> flag) are the command-line
+    values, then the environment and the project's pytest configuration, as for pytest."""
+    given = {noun: getattr(args, noun, None) for noun in flags}
+    cli = {noun: (value, flags[noun]) for noun, value in given.items() if value is not None}
+    return project_resolver(cli, environ=os.environ)
+
+
+def places(args: argparse.Namespace) -> Places:
+    """The experiments, the cluster.env and the results root, as pytest resolves them."""
+    return resolve_places(resolver(args))
+
+
+def campaign_dir(args: argparse.Namespace, found: Places | None = None) -> Path:
+    """A path names the campaign directory; a bare name is under the results root (of
+    `found`, else of this command's places)."""
     given = str(args.campaign)
     if os.sep in given or given in (".", ".."):
         return Path(given).resolve()
-    return (results_root(args) / given).resolve()
-
-
-def results_root(args: argparse.Namespace) -> Path:
-    if args.results is not None:
-        return Path(args.results).resolve()
-    work = os.environ.get("CLUSTER_WORK") or _site_value(args, "CLUSTER_WORK")
-    if work:
-        return (Path(work) / "results").resolve()
-    return (experiments(args).parent / "results").resolve()
-
-
-def experiments(args: argparse.Namespace) -> Path:
-    return (args.experiments or Path("experiments")).resolve()
-
-
-def _site_value(args: argparse.Namespace, key: str) -> str | None:
-    from pytest_haico.config.cluster_env import load_cluster_env
-
-    path = args.cluster_env or experiments(args) / "cluster.env"
-    return load_cluster_env(path).get(key) if path.is_file() else None
+    return ((found or places(args)).results / given).resolve()

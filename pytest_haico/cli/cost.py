@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from pytest_haico.cli import arguments
 
@@ -14,7 +13,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cost = commands.add_parser(
         "cost", help="measured item costs and the array size and --time to ask for"
     )
-    cost.add_argument("campaign", help="the campaign directory, <results>/<campaign>")
+    cost.add_argument(
+        "campaign",
+        help="the campaign directory, <results>/<campaign>, or its name under the results root",
+    )
     cost.add_argument("--concurrency", type=arguments.positive_int, help="instead of each arm's")
     cost.add_argument(
         "--margin",
@@ -35,10 +37,11 @@ def run(args: argparse.Namespace) -> int:
         partitions: list[Partition] | None = read_partitions()
     except SlurmError:
         partitions = None
-    given = args.experiments or Path("experiments").is_dir()
+    places = arguments.places(args)
+    experiments = places.experiments_given or places.experiments.is_dir()
     for line in cost_lines(
-        arguments.campaign_dir(args),
-        arguments.experiments(args) if given else None,
+        arguments.campaign_dir(args, places),
+        places.experiments if experiments else None,
         concurrency=args.concurrency,
         margin=args.margin,
         partitions=partitions,

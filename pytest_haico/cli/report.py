@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pytest_haico.cli import arguments
 from pytest_haico.cli.output import Finish, Say, warn
 from pytest_haico.results import load_results, paused_gc
 
@@ -13,15 +14,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     report = commands.add_parser(
         "report", help="verdicts, turns, latency, tokens and provenance per arm × stratum"
     )
-    report.add_argument("campaign", help="the campaign directory, <results>/<campaign>")
+    report.add_argument(
+        "campaign",
+        help="the campaign directory, <results>/<campaign>, or its name under the results root",
+    )
     report.add_argument(
         "--html", type=Path, metavar="FILE", help="also write a self-contained HTML report"
     )
+    arguments.add_project_options(report)
     report.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_report(Path(args.campaign), html=args.html, say=print, warn=warn, finish=args.finish)
+    return run_report(
+        arguments.campaign_dir(args), html=args.html, say=print, warn=warn, finish=args.finish
+    )
 
 
 def run_report(

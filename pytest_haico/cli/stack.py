@@ -4,9 +4,9 @@ between pytest runs (`pytest --haico-attach`)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from pytest_haico.cli import arguments
+from pytest_haico.config.resolution import resolve_campaign, resolve_places, resolve_results_mode
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,9 +24,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     up.add_argument(
         "--campaign",
-        default="default",
         help="the services' logs and dumps go to <results>/<campaign>/<arm>/kept/ "
-        "(default: default)",
+        "(default: $PYTEST_HAICO_CAMPAIGN, haico_campaign, else default)",
     )
     up.add_argument("--backend-cmd", help="as pytest's --haico-backend-cmd")
     up.add_argument("--backend-image", help="as pytest's --haico-backend-image (cluster profile)")
@@ -53,18 +52,19 @@ def run_up(args: argparse.Namespace) -> int:
     from pytest_haico.config.settings import Profile
     from pytest_haico.kept.control import up
 
-    experiments = arguments.experiments(args)
-    cluster_env: Path = args.cluster_env or experiments / "cluster.env"
+    r = arguments.resolver(args, flags={**arguments.PROJECT_FLAGS, "campaign": "--campaign"})
+    places = resolve_places(r)
+    campaign = resolve_campaign(r)
     return up(
         args.arm,
-        experiments=experiments,
+        experiments=places.experiments,
         profile=Profile(args.profile),
-        cluster_env=cluster_env.resolve() if cluster_env.is_file() else None,
-        campaign_dir=arguments.results_root(args) / args.campaign,
+        cluster_env=places.cluster_env,
+        campaign_dir=places.results / campaign,
         backend_command=args.backend_cmd,
         backend_image=args.backend_image,
         dump_interval_s=args.dump_interval,
-        file_mode=0o640,
+        file_mode=resolve_results_mode(r),
         say=print,
     )
 

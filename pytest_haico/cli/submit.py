@@ -75,12 +75,11 @@ def run_submit(args: argparse.Namespace) -> int:
     from pytest_haico.submit.inputs import Sources
     from pytest_haico.submit.stages import submit
 
-    sources = Sources.find(
-        arguments.experiments(args), cluster_env=args.cluster_env, script=args.sbatch
-    )
+    places = arguments.places(args)
+    sources = Sources.find(places.experiments, cluster_env=places.cluster_env, script=args.sbatch)
     profile = args.profile or ("cluster" if sources.cluster_env is not None else "local")
     return submit(
-        arguments.campaign_dir(args),
+        arguments.campaign_dir(args, places),
         sources,
         args.stage,
         _request(args),

@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 from pytest_haico.config.experiment import Arm
 from pytest_haico.durations import format_duration
-from pytest_haico.gates.hostlist import node_names, this_host_names
 from pytest_haico.gates.result import GateResult, failed, passed
 from pytest_haico.gates.vllm_venv import find_vllm, tool_parser_names
 from pytest_haico.redact import Redactor
+from pytest_haico.slurm.hostlist import node_names, this_host_names
 
 PROHIBITED_ENVIRONMENT = "prohibited_environment"
 LOGIN_NODE = "login_node"

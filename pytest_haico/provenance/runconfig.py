@@ -9,7 +9,6 @@ something is added, and pass the run's redaction filter first.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shlex
 import socket
@@ -27,6 +26,7 @@ from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.files import write_atomic
 from pytest_haico.redact import Redactor
+from pytest_haico.slurm import client as slurm
 
 ENV_NAME = "run-config.env"
 JSON_NAME = "run-config.json"
@@ -134,7 +134,7 @@ def host_values(job: SlurmJob, experiments: Path, environ: Mapping[str, str]) ->
         "EXPERIMENTS_GIT_COMMIT": tree.commit or "none",
         "EXPERIMENTS_GIT_DIRTY": "1" if tree.dirty else "0",
         "GPUS": _gpus(environ),
-        "SLURM_VERSION": _first_line(["scontrol", "--version"]) or "none",
+        "SLURM_VERSION": slurm.version(environ) or "none",
     }
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
                  "SLURM_RESTART_COUNT", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST",
@@ -212,11 +212,6 @@ def _gpus(environ: Mapping[str, str]) -> str:
     )
     gpus = [", ".join(part.strip() for part in line.split(",")) for line in lines]
     return "; ".join(gpus) if gpus else "none"
-
-
-def _first_line(argv: list[str]) -> str | None:
-    lines = _run(argv, os.environ)
-    return lines[0] if lines else None
 
 
 def _run(argv: list[str], environ: Mapping[str, str]) -> list[str]:

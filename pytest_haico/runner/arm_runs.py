@@ -9,8 +9,8 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,16 +24,12 @@ if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.items import ItemSpec
     from pytest_haico.config.settings import Settings
-    from pytest_haico.gates.result import Gate
+    from pytest_haico.runner.arm_request import RunRecorder
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
-    from pytest_haico.runner.preflight import GateLog
-    from pytest_haico.runner.walltime import WalltimeAdmission
+    from pytest_haico.runner.preflight import ArmPreflights, GateLog
     from pytest_haico.stack.kept import KeptState
-    from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint
 
 _log = logging.getLogger(__name__)
-# What the final pg_dump may take on top of --haico-drain-timeout, for walltime admission.
-DUMP_MARGIN_S = 30.0
 
 
 @dataclass
@@ -75,9 +71,6 @@ class ArmRuns:
         self.start_interrupt: KeyboardInterrupt | None = None
         self._launching = False  # an arm's gates and stack are starting on the main thread
         self._starting: ArmRun | None = None  # its run, once it has one
-        # Arm -> every gate its start ran, and gates.json (kept when a static gate failed).
-        self.gate_logs: dict[str, GateLog] = {}
-        self._preflights: dict[str, tuple[WalltimeAdmission, GateLog]] = {}  # passed ones
         self.tearing_down = False
         self._session: pytest.Session | None = None
         self._sessions: dict[str, ArmRun] = {}
@@ -139,6 +132,11 @@ class ArmRuns:
     def runs(self) -> Mapping[str, ArmRun]:
         """The arms started in this session, by name."""
         return self._sessions
+
+    @property
+    def gate_logs(self) -> Mapping[str, GateLog]:
+        """Arm -> every gate its start ran, and gates.json (kept when a static gate failed)."""
+        return self._static.gate_logs
 
     def failure(self, arm: str) -> str | None:
         """Why the arm's stack did not start or failed a gate, if it did."""
@@ -279,66 +277,52 @@ class ArmRuns:
         failure is the session's `stack_failure` (exit 78), when one failed."""
         for arm in sorted(self._attempts):
             try:
-                self._static_preflight(arm)
+                self._static.run(arm, self._specs(arm))
             except GateFailedError as exc:
                 self._fail(arm, exc)
                 return False
         return True
 
-    def _static_preflight(self, arm: str) -> tuple[WalltimeAdmission, GateLog]:
-        """The arm's static gates, run once (a passed run is kept for its start); raises
-        `GateFailedError` at the first failure."""
-        from pytest_haico.gates.result import run_gates
-        from pytest_haico.redact import Redactor
-        from pytest_haico.runner.preflight import GateLog
-        from pytest_haico.runner.walltime import WalltimeAdmission
+    @cached_property
+    def _static(self) -> ArmPreflights:
+        """Each arm's static gates, run once (a passed run is kept for its start)."""
+        from pytest_haico.runner.preflight import ArmPreflights
 
-        admission = WalltimeAdmission(
-            self.recorder.job.job_id,
-            self.recorder.paths(arm).ledger_dir,
-            drain_margin_s=self.settings.drain_timeout + DUMP_MARGIN_S,
-        )
-        gate_log = GateLog(
-            self.recorder.claim(arm).path / "gates.json", file_mode=self.recorder.file_mode
-        )
-        self.gate_logs[arm] = gate_log
-        # No secret of the run exists before its stack does.
-        gate_log.check(run_gates(self._static_gates(arm, admission)), redactor=Redactor())
-        self._preflights[arm] = (admission, gate_log)
-        return admission, gate_log
+        return ArmPreflights(self.settings, self.arms, self.recorder)
+
+    def _specs(self, arm: str) -> list[ItemSpec]:
+        """The items the arm's gates are over: those of this run (or, under
+        --haico-gates-only, those it would run)."""
+        return self._gated.get(arm) or [state.spec for state in self._attempts.get(arm, [])]
 
     def _launch(self, arm: str, *, gates_only: bool) -> ArmRun:
         settings = self.settings
-        admission, gate_log = self._preflights.get(arm) or self._static_preflight(arm)
+        admission, gate_log = self._static.run(arm, self._specs(arm))
         if self.start_interrupt is not None:
             raise StackError("interrupted before the stack started")
         # Imported only now, so that a failed static gate does not pay it (~0.3 s: the stack,
         # the driver, httpx, psycopg).
+        from pytest_haico.runner.arm_request import ArmRunRequest, stack_source
         from pytest_haico.runner.arm_run import ArmRun
 
-        recorder = self.recorder
+        recorder: RunRecorder = self.recorder
         if self.observer is not None:
-            recorder = cast("Recorder", ObservedRecorder(recorder, self.observer))
-        session = ArmRun(
-            self.arms[arm],
+            recorder = ObservedRecorder(self.recorder, self.observer)
+        request = ArmRunRequest(
+            arm=self.arms[arm],
+            stack=stack_source(settings, self.arms[arm], self.recorder, kept=self.kept),
             concurrency=settings.concurrency or self.arms[arm].run.concurrency,
-            recorder=recorder,
-            # Per arm: each arm has its own stack, and a bad stack is what the breaker detects.
-            breaker=CircuitBreaker(),
-            on_stop=self._stop_early,
-            on_admission_stop=self._stop_admitting_for_walltime,
             dump_interval_s=settings.dump_interval,
+            gates_only=gates_only,
+            recorder=recorder,
+            breaker=CircuitBreaker(),
             admission=admission,
             gate_log=gate_log,
-            backend_command=_backend_command(settings),
-            model_endpoint=_model_endpoint(settings),
             provenance=partial(self._provenance, arm),
-            gates_only=gates_only,
-            profile=settings.profile,
-            site=settings.site,
-            backend_image=settings.backend_image,
-            kept=self.kept,
+            on_stop=self._stop_early,
+            on_admission_stop=self._stop_admitting_for_walltime,
         )
+        session = ArmRun(request)
         self._sessions[arm] = session
         self._starting = session
         session.start()
@@ -389,26 +373,6 @@ class ArmRuns:
             values["BACKEND_IDENTITY"] = spec.backend_identity
         return values
 
-    def _static_gates(self, arm: str, admission: WalltimeAdmission) -> list[Gate]:
-        """The arm's static gates, over the items of this run (or, under
-        --haico-gates-only, those it would run)."""
-        from pytest_haico.runner.preflight import static_gates
-
-        specs = self._gated.get(arm) or [state.spec for state in self._attempts.get(arm, [])]
-        strata = sorted({spec.stratum for spec in specs})
-        share = f"run {self.recorder.claim(arm).run_id} of arm {arm}, {self.recorder.share}"
-        if strata:
-            share += f", {'strata' if len(strata) > 1 else 'stratum'} {', '.join(strata)}"
-        return static_gates(
-            self.settings,
-            self.arms[arm],
-            admission,
-            paths=self.recorder.paths(arm),
-            scripts=[spec.source.path for spec in specs],
-            strata=strata,
-            share=share,
-        )
-
     def _stop_early(self, reason: str) -> None:
         """A breaker tripped or a service died: the session stops after the current item."""
         if self.stop_reason is None:
@@ -418,22 +382,6 @@ class ArmRuns:
     def _stop_session(self, reason: str) -> None:
         if self._session is not None:
             self._session.shouldstop = f"haico: {_headline(reason)}"
-
-
-def _backend_command(settings: Settings) -> BackendCommand | None:
-    from pytest_haico.stack.profiles import BackendCommand
-
-    if settings.backend_cmd is None:
-        return None
-    return BackendCommand(settings.backend_cmd, settings.backend_cmd_dir)
-
-
-def _model_endpoint(settings: Settings) -> ModelEndpoint | None:
-    from pytest_haico.stack.profiles import ModelEndpoint
-
-    if settings.model_endpoint is None:
-        return None
-    return ModelEndpoint(settings.model_endpoint, settings.model_api_key or "")
 
 
 def _headline(reason: str) -> str:

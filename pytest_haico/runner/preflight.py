@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
@@ -23,12 +24,17 @@ from pytest_haico.gates.result import (
     failed,
     failure_line,
     first_failure,
+    run_gates,
     write_gates_json,
 )
 from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.walltime import WalltimeAdmission
+
+if TYPE_CHECKING:
+    from pytest_haico.config.items import ItemSpec
+    from pytest_haico.ledger.recorder import Recorder
 
 _log = logging.getLogger(__name__)
 
@@ -37,6 +43,8 @@ _log = logging.getLogger(__name__)
 LOCAL_MODEL_ENDPOINT = "http://vllm.localhost/v1"
 # The free space gate results_writable asks for at the least: the dumps of a new database.
 MIN_DUMP_SPACE = 64 * 1024 * 1024
+# What the final pg_dump may take on top of --haico-drain-timeout, for walltime admission.
+DUMP_MARGIN_S = 30.0
 # Dumps of a run that may exist at once: the newest periodic one, the one replacing it,
 # the final one.
 DUMPS_AT_ONCE = 3
@@ -66,6 +74,56 @@ class GateLog:
         failure = first_failure(results)
         if failure is not None:
             raise GateFailedError(failure_line(failure), results=self.results)
+
+
+class ArmPreflights:
+    """Each arm's static gates, run once before its stack starts; a passed preflight (its
+    walltime admission and gate log) is kept for the arm's start."""
+
+    def __init__(self, settings: Settings, arms: Mapping[str, Arm], recorder: Recorder) -> None:
+        self.settings = settings
+        self.arms = arms
+        self.recorder = recorder
+        # Arm -> every gate its start ran, and gates.json (kept when a static gate failed).
+        self.gate_logs: dict[str, GateLog] = {}
+        self._passed: dict[str, tuple[WalltimeAdmission, GateLog]] = {}
+
+    def run(self, arm: str, specs: Sequence[ItemSpec]) -> tuple[WalltimeAdmission, GateLog]:
+        """The arm's static gates over `specs` (the items it runs); raises `GateFailedError`
+        at the first failure."""
+        passed = self._passed.get(arm)
+        if passed is not None:
+            return passed
+        admission = WalltimeAdmission(
+            self.recorder.job.job_id,
+            self.recorder.paths(arm).ledger_dir,
+            drain_margin_s=self.settings.drain_timeout + DUMP_MARGIN_S,
+        )
+        gate_log = GateLog(
+            self.recorder.claim(arm).path / "gates.json", file_mode=self.recorder.file_mode
+        )
+        self.gate_logs[arm] = gate_log
+        # No secret of the run exists before its stack does.
+        gate_log.check(run_gates(self._gates(arm, admission, specs)), redactor=Redactor())
+        self._passed[arm] = (admission, gate_log)
+        return admission, gate_log
+
+    def _gates(
+        self, arm: str, admission: WalltimeAdmission, specs: Sequence[ItemSpec]
+    ) -> list[Gate]:
+        strata = sorted({spec.stratum for spec in specs})
+        share = f"run {self.recorder.claim(arm).run_id} of arm {arm}, {self.recorder.share}"
+        if strata:
+            share += f", {'strata' if len(strata) > 1 else 'stratum'} {', '.join(strata)}"
+        return static_gates(
+            self.settings,
+            self.arms[arm],
+            admission,
+            paths=self.recorder.paths(arm),
+            scripts=[spec.source.path for spec in specs],
+            strata=strata,
+            share=share,
+        )
 
 
 def static_gates(

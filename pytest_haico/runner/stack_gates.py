@@ -21,8 +21,7 @@ from pytest_haico.gates import dynamic
 from pytest_haico.gates.result import AsyncGate, GateResult
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import Redactor
-from pytest_haico.stack.attached import AttachedStack
-from pytest_haico.stack.profiles import Stack
+from pytest_haico.runner.stack_life import RunStack
 
 # The canary turn: enough steps for a tool call and an answer (a looping model ends at the
 # limit, which is no failure of the canary), and a bound of its own on the turn.
@@ -31,7 +30,7 @@ CANARY_TURN_TIMEOUT_S = 60.0
 
 
 def dynamic_gates(
-    client: httpx.AsyncClient, stack: Stack | AttachedStack, arm: Arm, canary: backend_gates.Canary
+    client: httpx.AsyncClient, stack: RunStack, arm: Arm, canary: backend_gates.Canary
 ) -> list[AsyncGate]:
     """The dynamic gates of a running stack, in DESIGN's order."""
     # The model server's OpenAI base as this process reaches it (an attached endpoint's

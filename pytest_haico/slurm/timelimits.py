@@ -99,7 +99,7 @@ def parse_sinfo(text: str) -> list[Partition]:
 
 def read_partitions() -> list[Partition]:
     """The cluster's partitions from sinfo; `slurm.SlurmError` when sinfo cannot answer."""
-    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l"]).stdout)
+    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l"]).checked().stdout)
 
 
 def resolve_partition(arm: Arm, partitions: list[Partition] | None) -> tuple[Partition | None, str]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pytest_haico.stack.janitor import Reaped, Registry, ServiceRecord, reap_orphans
+from pytest_haico.stack.local import build_local_stack
 from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
 from pytest_haico.stack.pgbinaries import embedded_bin_dir
 from pytest_haico.stack.ports import PortPool, derive_base_port, is_port_free, reap_stale_claims
 from pytest_haico.stack.postgres import PostgresBinaries, PostgresService, find_postgres_binaries
-from pytest_haico.stack.profiles import HttpService, Stack, build_local_stack
+from pytest_haico.stack.profiles import HttpService, Stack
+from pytest_haico.stack.request import BackendCommand, ModelEndpoint, StackRequest
 from pytest_haico.stack.service import (
     Command,
     Service,
@@ -16,8 +18,10 @@ from pytest_haico.stack.service import (
 )
 
 __all__ = [
+    "BackendCommand",
     "Command",
     "HttpService",
+    "ModelEndpoint",
     "Orchestrator",
     "PortPool",
     "PostgresBinaries",
@@ -29,6 +33,7 @@ __all__ = [
     "ServiceRecord",
     "ServiceTiming",
     "Stack",
+    "StackRequest",
     "build_local_stack",
     "derive_base_port",
     "embedded_bin_dir",

@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_haico.errors import StackError
 from pytest_haico.stack.kept import KeptService, KeptState
 from pytest_haico.stack.orchestrator import ServiceTiming
-from pytest_haico.stack.service import read_log_tail
+from pytest_haico.stack.service_log import read_log_tail
 
 
 class KeptProcess:

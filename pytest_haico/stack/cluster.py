@@ -32,11 +32,10 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_haico.config.cluster_env import ClusterEnv
 from pytest_haico.config.cluster_site import (
     image_refs,
     resolve_cluster_site,
@@ -45,23 +44,19 @@ from pytest_haico.config.cluster_site import (
 from pytest_haico.config.experiment import Arm
 from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.stack.apptainer import Apptainer, ContainerHttpService, require_sif
+from pytest_haico.stack.local import build_command_backend
 from pytest_haico.stack.orchestrator import Orchestrator
 from pytest_haico.stack.phoenix import build_phoenix_service
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.postgres import PostgresService
-from pytest_haico.stack.profiles import (
-    BackendCommand,
-    HttpService,
-    ModelEndpoint,
-    Stack,
-    build_command_backend,
-)
+from pytest_haico.stack.profiles import HttpService, Stack
+from pytest_haico.stack.request import StackRequest
 from pytest_haico.stack.service import Service, new_secret
 
 logger = logging.getLogger(__name__)
 
 MODEL_HOST = "vllm.localhost"  # the model server's name for the backend (hosts file)
-DEFAULT_BACKEND_ARGV = ("haico-backend", "--host", "127.0.0.1", "--port", "{port}")
+BACKEND_ARGV = ("haico-backend", "--host", "127.0.0.1", "--port", "{port}")
 PROGRESS_EVERY_S = 30.0
 POSTGRES_START_TIMEOUT_S = 120.0  # an image's first start from a shared file system
 BACKEND_START_TIMEOUT_S = 300.0  # the backend's imports, from a SIF on a shared file system
@@ -187,49 +182,36 @@ def build_vllm_service(
     )
 
 
-def hosts_file_text(base: str | None = None) -> str:
+def hosts_file_text() -> str:
     """The backend container's /etc/hosts: the model server's names on loopback, first (the
-    first match wins), then the host's own entries (`base`, default /etc/hosts)."""
-    if base is None:
-        try:
-            base = Path("/etc/hosts").read_text(encoding="utf-8")
-        except OSError:
-            base = _FALLBACK_HOSTS
+    first match wins), then the host's own entries."""
+    try:
+        base = Path("/etc/hosts").read_text(encoding="utf-8")
+    except OSError:
+        base = _FALLBACK_HOSTS
     own = f"# pytest-haico: the model server runs on this node\n127.0.0.1\t{MODEL_HOST} vllm\n"
     return own + base
 
 
-def build_cluster_stack(
-    log_dir: Path,
-    *,
-    arm: Arm,
-    site: ClusterEnv | None,
-    environ: Mapping[str, str] | None = None,
-    backend_image: str | None = None,
-    backend_command: BackendCommand | None = None,
-    model_endpoint: ModelEndpoint | None = None,
-    backend_argv: Sequence[str] = DEFAULT_BACKEND_ARGV,
-    hosts_base: str | None = None,
-    state_dir: Path | None = None,
-    ports: PortPool | None = None,
-    registry_mirror: Path | None = None,
-    log_mode: int = 0o640,
-    run_dir: Path | None = None,
-) -> Stack:
-    """The cluster profile's services for `arm`, not yet started (the same `Stack` as the
-    local profile's). Everything that can be checked without starting anything is checked
-    here: the images' SIFs exist, apptainer is on PATH, the venv has a `vllm`.
+def build_cluster_stack(request: StackRequest) -> Stack:
+    """The cluster profile's services for `request.arm`, not yet started (the same `Stack`
+    as the local profile's). Everything that can be checked without starting anything is
+    checked here: the images' SIFs exist, apptainer is on PATH, the venv has a `vllm`.
 
-    `backend_image` is `--haico-backend-image` (else the arm's, else cluster.env's
-    BACKEND_IMAGE); a `backend_command` runs on the host instead of an image; a
-    `model_endpoint` replaces vLLM (none is started). `environ` defaults to os.environ.
-    Phoenix's database is kept in `run_dir` (default: `log_dir`'s parent), with the
-    results' file mode `log_mode`.
+    The backend image is `request.backend_image` (--haico-backend-image), else the arm's,
+    else cluster.env's BACKEND_IMAGE; a `backend_command` runs on the host instead of an
+    image; a `model_endpoint` replaces vLLM (none is started). Phoenix's database is kept
+    in the run directory, with the results' file mode.
     """
-    environ = os.environ if environ is None else environ
+    arm, site, log_mode = request.arm, request.site, request.log_mode
+    backend_command, model_endpoint = request.backend_command, request.model_endpoint
+    environ = os.environ if request.environ is None else request.environ
     resolved = resolve_cluster_site(site, environ)
     refs = image_refs(
-        resolved, arm, backend_image=backend_image, backend_command=backend_command is not None
+        resolved,
+        arm,
+        backend_image=request.backend_image,
+        backend_command=backend_command is not None,
     )
     found = shutil.which("apptainer", path=environ.get("PATH", os.defpath))
     if found is None:
@@ -264,13 +246,13 @@ def build_cluster_stack(
         return f"http://{MODEL_HOST}:{orchestrator.port('llm')}/v1"
 
     config = BackendConfig(tracing=resolved.phoenix_enabled, max_tokens=arm.generation.max_tokens)
-    pool = ports if ports is not None else PortPool(state_dir)
+    pool = PortPool(request.state_dir)
     phoenix = None
     if "phoenix" in sifs:
         phoenix = build_phoenix_service(
             Apptainer(found, sifs["phoenix"], environ=dict(environ)),
             ports=pool,
-            run_dir=log_dir.parent if run_dir is None else run_dir,
+            run_dir=request.run_dir,
             file_mode=log_mode,
         )
     backend: HttpService
@@ -307,10 +289,10 @@ def build_cluster_stack(
 
         backend = ContainerHttpService(
             name="backend",
-            argv=lambda port: [word.replace("{port}", str(port)) for word in backend_argv],
+            argv=lambda port: [word.replace("{port}", str(port)) for word in BACKEND_ARGV],
             env=backend_env,
             apptainer=Apptainer(found, sifs["backend"], environ=dict(environ)),
-            hosts=hosts_file_text(hosts_base),
+            hosts=hosts_file_text(),
             health_path="/api/health",
             health_headers={"Authorization": f"Bearer {admin_token}"},
             requires=(postgres.name,) if phoenix is None else (postgres.name, phoenix.name),
@@ -325,10 +307,10 @@ def build_cluster_stack(
         services.append(phoenix)
     orchestrator = Orchestrator(
         [*services, backend],
-        log_dir,
-        state_dir=state_dir,
+        request.log_dir,
+        state_dir=request.state_dir,
         ports=pool,
-        registry_mirror=registry_mirror,
+        registry_mirror=request.registry_mirror,
         log_mode=log_mode,
     )
     return Stack(

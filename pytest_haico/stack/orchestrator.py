@@ -17,7 +17,9 @@ from pytest_haico.errors import PortInUseError, StackError
 from pytest_haico.files import create_file, make_dirs
 from pytest_haico.stack.janitor import Registry, ServiceRecord, reap_orphans
 from pytest_haico.stack.ports import PortPool
+from pytest_haico.stack.preparation import Preparation
 from pytest_haico.stack.service import Service, ServiceProcess
+from pytest_haico.stack.service_order import check_order, dependents, stop_waves
 
 logger = logging.getLogger(__name__)
 
@@ -31,42 +33,6 @@ class ServiceTiming:
     attempts: int  # 1 unless its port (or that of a service it waits for) was taken under it
     launched: float = 0.0  # the stack's start → this service's launch (port claimed, prepare on)
     ready: float = 0.0  # the stack's start → healthy
-
-
-class _Preparation:
-    """One service's `prepare`, in a worker thread: a slow one (a copy) overlaps the others."""
-
-    def __init__(self, service: Service, log_path: Path, wake: threading.Event) -> None:
-        self.service = service
-        self.began = time.monotonic()
-        self.seconds: float | None = None  # set once prepare returned or raised
-        self.error: BaseException | None = None
-        self._log_path = log_path
-        self._wake = wake
-        # A daemon: stop() joins it, and nothing else may hold the interpreter open.
-        self._thread = threading.Thread(
-            target=self._run, name=f"haico-prepare-{service.name}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.service.prepare(self._log_path)
-        except BaseException as exc:  # re-raised by the orchestrator's thread
-            self.error = exc
-        finally:
-            self.seconds = time.monotonic() - self.began
-            self._wake.set()
-
-    @property
-    def done(self) -> bool:
-        """Whether prepare returned or raised."""
-        return self.seconds is not None
-
-    def join(self) -> None:
-        """Wait for prepare to end (not when called from prepare itself)."""
-        if self._thread is not threading.current_thread():
-            self._thread.join()
 
 
 class Orchestrator:
@@ -98,21 +64,7 @@ class Orchestrator:
         poll_interval: float = 0.05,
         reap: bool = True,
     ) -> None:
-        names = [service.name for service in services]
-        if len(set(names)) != len(names):
-            raise StackError(f"duplicate service names in {names}")
-        order: list[str] = []
-        for service in services:
-            for relation, needed in (
-                ("requires", service.requires),
-                ("waits for", service.waits_for),
-            ):
-                missing = [r for r in needed if r not in order]
-                if missing:
-                    raise StackError(
-                        f"{service.name} {relation} {missing}, which must be listed before it"
-                    )
-            order.append(service.name)
+        check_order(services)
         self.services = tuple(services)
         self.log_dir = log_dir
         self.log_mode = log_mode  # the results' file mode: logs sit in the run directory
@@ -126,7 +78,7 @@ class Orchestrator:
         self._reap = reap
         self._began = 0.0  # monotonic time of start()
         self._wake = threading.Event()  # set when a preparation ends
-        self._preparations: dict[str, _Preparation] = {}
+        self._preparations: dict[str, Preparation] = {}
         self._ports_of: dict[str, int] = {}  # name → claimed port, from launch on
         self._processes: dict[str, ServiceProcess] = {}
         self._healthy: set[str] = set()
@@ -230,7 +182,7 @@ class Orchestrator:
             raise
         log_path = self.log_path(service.name)
         _create_log(log_path, self.log_mode)
-        self._preparations[service.name] = _Preparation(service, log_path, self._wake)
+        self._preparations[service.name] = Preparation(service, log_path, self._wake)
 
     def _spawn(self, service: Service, attempt: int) -> ServiceProcess:
         process = ServiceProcess(
@@ -241,14 +193,6 @@ class Orchestrator:
         self._abort_if_stopped()
         self._record(service, process)
         return process
-
-    def _dependents(self, name: str) -> set[str]:
-        """Every service that waits for `name`, directly or through another."""
-        found: set[str] = set()
-        for service in self.services:  # listed after what they wait for
-            if name in service.waits_for or found & set(service.waits_for):
-                found.add(service.name)
-        return found
 
     def _relaunch(self, failed: ServiceProcess, error: PortInUseError) -> list[ServiceProcess]:
         """`failed` on a new port, and whatever waits for it respawned with that port."""
@@ -264,10 +208,10 @@ class Orchestrator:
         )
         self._ports_of[name] = self._ports.claim(name)
         respawned = [self._spawn(failed.service, failed.attempt + 1)]
-        dependents = self._dependents(name)
+        moved_with = dependents(self.services, name)
         for dependent in self.services:
             process = self._processes.get(dependent.name)
-            if dependent.name in dependents and process is not None:  # spawned with the old port
+            if dependent.name in moved_with and process is not None:  # spawned with the old port
                 logger.info("%s: respawned, since %s moved", dependent.name, name)
                 process.stop(grace=self._stop_grace)
                 respawned.append(self._spawn(dependent, process.attempt + 1))
@@ -358,7 +302,7 @@ class Orchestrator:
         with self._lock:
             for running in list(self._preparations.values()):
                 running.join()  # cleanup must not race a copy still writing
-            for wave in self._stop_waves():
+            for wave in stop_waves(self.services):
                 launched = [s for s in wave if s.name in self._preparations]
                 # Never launched, or stop() was called from its own prepare: nothing to do.
                 launched = [s for s in launched if self._preparations[s.name].done]
@@ -373,18 +317,6 @@ class Orchestrator:
                         failures.append(failure)
             self._ports.release_all()
         return failures
-
-    def _stop_waves(self) -> list[list[Service]]:
-        """The services in stopping order, grouped: a service stops once every service that
-        requires or waits for it has."""
-        left = list(reversed(self.services))
-        waves: list[list[Service]] = []
-        while left:
-            needed = {name for s in left for name in (*s.requires, *s.waits_for)}
-            wave = [s for s in left if s.name not in needed] or left[:1]
-            waves.append(wave)
-            left = [s for s in left if s not in wave]
-        return waves
 
     def _stop_process(self, service: Service) -> str | None:
         """Stop the service's process (idempotent); what went wrong, logged, or None."""

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
-import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 import psycopg
 from psycopg import sql
@@ -31,12 +27,11 @@ from pytest_haico.stack.pgcluster import (
     ensure_template,
     init_cluster,
 )
+from pytest_haico.stack.pglauncher import LaunchedOwner, Launcher, image_binaries
 from pytest_haico.stack.service import Command, new_secret, write_env_file
 from pytest_haico.stack.statedir import make_owned_tempdir, remove_tree
 
 __all__ = [
-    "ImageBinaries",
-    "Launcher",
     "PostgresBinaries",
     "PostgresService",
     "find_postgres_binaries",
@@ -46,49 +41,9 @@ logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 _LIBPQ_REQUIRE_AUTH = 160000  # libpq learnt `require_auth` in 16
-_VERSION_TIMEOUT = 300.0  # the first start of an image from a shared file system is slow
 ENV_FILE = "postgres.env"  # in the run directory, for a launcher
 # The environment of every program run through a launcher: no secret (dumps use the socket).
 _IMAGE_ENV = {"LC_ALL": "C", "PGCONNECT_TIMEOUT": "10"}
-
-
-class Launcher(Protocol):
-    """How Postgres' programs run when they are not this host's: in an image.
-
-    `wrap(argv, ...)` turns an argv for the image (programs named bare, found on the image's
-    PATH) into one to exec here; the program gets exactly the variables of `env_file`
-    (plus the image's own), and sees `binds` at the same paths as this host does.
-    `environment()` is the environment of the wrapping process itself.
-    """
-
-    @property
-    def image(self) -> Path: ...
-
-    def wrap(
-        self, argv: Sequence[str], *, env_file: Path | None, binds: Sequence[Path]
-    ) -> list[str]: ...
-
-    def environment(self) -> dict[str, str]: ...
-
-
-@dataclass(frozen=True)
-class ImageBinaries(PostgresBinaries):
-    """Postgres in an image: `bin_dir` is the image, its programs are found on its PATH."""
-
-    def tool(self, name: str) -> Path:
-        """The program's bare name, for a launcher's `wrap`."""
-        return Path(name)
-
-
-@dataclass(frozen=True)
-class _LaunchedOwner(Owner):
-    """The server's user, running its helpers (initdb, single-user postgres) through a
-    launcher."""
-
-    wrap: Callable[[list[str]], list[str]] = field(default=list, compare=False)
-
-    def run(self, argv: list[str], log_path: Path, *, stdin: str | None = None) -> None:
-        super().run(self.wrap(argv), log_path, stdin=stdin)
 
 
 class PostgresService:
@@ -141,33 +96,10 @@ class PostgresService:
         """The installation in use: `bin_dir`, `version`, `tool("pg_dump")`."""
         if self._binaries is None:
             if self.launcher is not None:
-                self._binaries = self._image_binaries(self.launcher)
+                self._binaries = image_binaries(self.launcher, name=self.name)
             else:
                 self._binaries = find_postgres_binaries(self._bin_dir, source=self._source)
         return self._binaries
-
-    def _image_binaries(self, launcher: Launcher) -> ImageBinaries:
-        argv = launcher.wrap(["postgres", "--version"], env_file=None, binds=())
-        try:
-            done = subprocess.run(
-                argv,
-                env=launcher.environment(),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=_VERSION_TIMEOUT,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise StackError(f"{self.name}: could not run {argv[0]}: {exc}") from exc
-        match = re.search(r"\(PostgreSQL\)\s+(\d+(?:\.\d+)?)", done.stdout)
-        if done.returncode != 0 or match is None:
-            said = (done.stderr or done.stdout).strip()[-500:]
-            raise StackError(
-                f"{self.name}: `postgres --version` in the image {launcher.image} failed "
-                f"(status {done.returncode}): {said or '(no output)'}; is it a Postgres image?"
-            )
-        return ImageBinaries(launcher.image, match.group(1))
 
     @property
     def env_file(self) -> Path | None:
@@ -275,7 +207,7 @@ class PostgresService:
         self.reserve()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.launcher is not None:
-            launched = _LaunchedOwner(
+            launched = LaunchedOwner(
                 self._owner.user,
                 self._owner.uid,
                 self._owner.gid,

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,14 +27,11 @@ from pytest_haico.procfs import (
     session_listens,
 )
 from pytest_haico.redact import Redactor
+from pytest_haico.stack.service_log import LOG_HEADER, read_last_log_line, read_log_tail
 
 logger = logging.getLogger(__name__)
 
-_TAIL_BYTES = 8192
-_TAIL_LINES = 25
 _KILL_WAIT = 5.0
-_PROGRESS_CHARS = 300  # a progress line stays one line of the session's output
-_HEADER = "--- pytest-haico "  # how our own lines in a service's log begin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,40 +168,6 @@ def _user_ids(user: str) -> tuple[int, list[int]]:
     return entry.pw_gid, os.getgrouplist(user, entry.pw_gid)
 
 
-def read_log_tail(path: Path, *, offset: int = 0, secrets: Iterable[str] = ()) -> str:
-    """The last lines of a log file from `offset` on, redacted and indented for a message."""
-    try:
-        with path.open("rb") as log:
-            size = log.seek(0, os.SEEK_END)
-            log.seek(max(offset, size - _TAIL_BYTES))
-            text = log.read().decode("utf-8", "replace")
-    except OSError as exc:
-        return f"    (log unreadable: {exc})"
-    lines = Redactor(secrets).redact(text).splitlines()[-_TAIL_LINES:] or ["(empty)"]
-    return "\n".join(f"    {line}" for line in lines)
-
-
-def read_last_log_line(path: Path, *, offset: int = 0, secrets: Iterable[str] = ()) -> str | None:
-    """The last non-empty line a service wrote to its log from `offset` on, redacted and cut
-    to one short line; None if it wrote nothing yet.
-
-    A carriage return ends a line too: progress bars (tqdm) redraw one line with it.
-    """
-    try:
-        with path.open("rb") as log:
-            size = log.seek(0, os.SEEK_END)
-            log.seek(max(offset, size - _TAIL_BYTES))
-            text = log.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in reversed(text.replace("\r", "\n").split("\n")):
-        line = line.strip()
-        if line and not line.startswith(_HEADER):
-            line = Redactor(secrets).redact(line)
-            return line if len(line) <= _PROGRESS_CHARS else line[: _PROGRESS_CHARS - 1] + "…"
-    return None
-
-
 class ServiceProcess:
     """One attempt at running a service on a port: spawn, `check` until healthy, `stop`."""
 
@@ -241,7 +204,7 @@ class ServiceProcess:
         argv = [str(arg) for arg in cmd.argv]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        header = f"{_HEADER}{stamp} {name} port {self.port} attempt {self.attempt}: "
+        header = f"{LOG_HEADER}{stamp} {name} port {self.port} attempt {self.attempt}: "
         header += shlex.join(argv)
         gid: int | None = None
         groups: list[int] | None = None

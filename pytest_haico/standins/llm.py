@@ -30,6 +30,8 @@ from pytest_haico.standins.openai_wire import (
     count_prompt_tokens,
     error_body,
     iter_chunk_bodies,
+    model_list,
+    reported_finish_reason,
     sse_data,
     truncate,
 )
@@ -186,6 +188,7 @@ class _LlmApp:
             error_type=refusal.error_type,
             code=refusal.code,
             nested=self.settings.vllm_version.nests_errors,
+            param=refusal.param,
         )
         return JSONResponse(body, status_code=refusal.code)
 
@@ -208,20 +211,13 @@ class _LlmApp:
     async def models(self, request: Request) -> Response:
         if not self._authorized(request):
             return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        created = int(time.time())
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": created,
-                "owned_by": "vllm",
-                "root": self.settings.model,
-                "parent": None,
-                "max_model_len": self.settings.max_model_len,
-            }
-            for name in self.settings.served_model_names
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        cards = model_list(
+            self.settings.served_model_names,
+            root=self.settings.model,
+            max_model_len=self.settings.max_model_len,
+            created=int(time.time()),
+        )
+        return JSONResponse(cards)
 
     async def chat_completions(self, request: Request) -> Response:
         if not self._authorized(request):
@@ -233,19 +229,22 @@ class _LlmApp:
             return self._error(Refusal(400, "BadRequestError", message))
         # In vLLM's order: the request model, the served name, a dead engine, the tool flags,
         # then the context length while the prompt is rendered.
-        refusal = invalid_request(chat) or unknown_model(chat, self.settings.served_model_names)
+        version = self.settings.vllm_version
+        refusal = invalid_request(chat) or unknown_model(
+            chat, self.settings.served_model_names, version=version
+        )
         if refusal is not None:
             return self._error(refusal)
         if self.engine_dead:
             return self._engine_died()
         prompt_tokens = count_prompt_tokens(chat)
-        limit = chat.token_limit
         refusal = tool_choice_refusal(
-            chat,
-            auto_tool_choice=self.settings.auto_tool_choice,
-            version=self.settings.vllm_version,
+            chat, auto_tool_choice=self.settings.auto_tool_choice, version=version
         ) or context_refusal(
-            prompt_tokens=prompt_tokens, limit=limit, max_model_len=self.settings.max_model_len
+            chat,
+            prompt_tokens=prompt_tokens,
+            max_model_len=self.settings.max_model_len,
+            version=version,
         )
         if refusal is not None:
             return self._error(refusal)
@@ -269,7 +268,10 @@ class _LlmApp:
                 logger.info("persona %s fails this request with 500", self.settings.persona.value)
                 message = "stand-in engine error (persona flaky)"
                 return self._error(Refusal(500, "InternalServerError", message))
-            budget = limit if limit is not None else self.settings.max_model_len - prompt_tokens
+            # The room left in the context; from 0.32 a larger budget is clamped to it (before,
+            # context_refusal refused it).
+            room, limit = self.settings.max_model_len - prompt_tokens, chat.token_limit
+            budget = room if limit is None else min(limit, room)
             reply, finish_reason = truncate(plan.outcome, budget)
             usage = Usage(prompt_tokens, count_completion_tokens(reply))
             # The engine knows only stop and length; "tool_calls" is the API's word.
@@ -285,7 +287,9 @@ class _LlmApp:
                 created=created,
                 model=served,
                 reply=reply,
-                finish_reason=finish_reason,
+                finish_reason=reported_finish_reason(
+                    chat, reply, finish_reason, version, streamed=False
+                ),
                 usage=usage,
             )
             return JSONResponse(body)
@@ -295,9 +299,11 @@ class _LlmApp:
                 created=created,
                 model=served,
                 reply=reply,
-                # Streamed, vLLM ends a guided call with "tool_calls" once it sent one.
-                finish_reason="tool_calls" if reply.guided else finish_reason,
+                finish_reason=reported_finish_reason(
+                    chat, reply, finish_reason, version, streamed=True
+                ),
                 usage=usage if chat.include_usage else None,
+                lean=version.streams_lean_chunks,
             )
         )
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_haico.standins.vllm_versions import VllmVersion
 
 # Size of the argument fragments of a streamed tool call; small enough that every real call
 # arrives in several pieces, as it does from vLLM's tool parsers.
@@ -187,6 +190,20 @@ def truncate(reply: Reply, limit: int | None) -> tuple[Reply, str]:
     return reply, "stop"
 
 
+def reported_finish_reason(
+    chat: ChatRequest, reply: Reply, finish_reason: str, version: VllmVersion, *, streamed: bool
+) -> str:
+    """The finish reason vLLM reports for *reply*, which `truncate` gave *finish_reason*."""
+    if not reply.guided:
+        return finish_reason
+    if version.finishes_calls_by_choice:
+        # "stop" becomes "tool_calls" for "required" only; a named choice keeps it.
+        required = chat.tool_choice == "required" and finish_reason == "stop"
+        return "tool_calls" if required else finish_reason
+    # Before: streamed, vLLM ended a guided call with "tool_calls" once it sent one.
+    return "tool_calls" if streamed else finish_reason
+
+
 def completion_body(
     *, completion_id: str, created: int, model: str, reply: Reply, finish_reason: str, usage: Usage
 ) -> dict[str, Any]:
@@ -219,14 +236,19 @@ def iter_chunk_bodies(
     reply: Reply,
     finish_reason: str,
     usage: Usage | None,
+    lean: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed reply, in order.
 
     Role first, then text pieces; each tool call as a header (index, id, name, empty
     arguments) followed by argument fragments; then the finish reason; then, when *usage* is
     given (``stream_options.include_usage``), a chunk with no choices and the usage.
+
+    *lean* (vLLM 0.32, `VllmVersion.streams_lean_chunks`): no ``usage: null`` on each chunk,
+    a header without ``arguments``, ``content: null`` beside each tool-call delta, and a
+    "length" finish on the last generated piece rather than a chunk of its own.
     """
-    usage_field: dict[str, Any] = {"usage": None} if usage is not None else {}
+    usage_field: dict[str, Any] = {"usage": None} if usage is not None and not lean else {}
 
     def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
         return {
@@ -238,17 +260,25 @@ def iter_chunk_bodies(
             **usage_field,
         }
 
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in re.findall(r"\S+\s*|\s+", reply.content):
-        yield chunk({"content": piece})
+    call_delta: dict[str, Any] = {"content": None} if lean else {}
+    deltas: list[dict[str, Any]] = [
+        {"content": p} for p in re.findall(r"\S+\s*|\s+", reply.content)
+    ]
     for index, call in enumerate(reply.tool_calls):
-        function = {"name": call.name, "arguments": ""}
+        function = {"name": call.name} if lean else {"name": call.name, "arguments": ""}
         header = {"index": index, "id": call.id, "type": "function", "function": function}
-        yield chunk({"tool_calls": [header]})
+        deltas.append({**call_delta, "tool_calls": [header]})
         for start in range(0, len(call.arguments), ARGUMENT_FRAGMENT_CHARS):
             fragment = call.arguments[start : start + ARGUMENT_FRAGMENT_CHARS]
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
-    yield chunk({}, finish_reason)
+            piece = {"index": index, "function": {"arguments": fragment}}
+            deltas.append({**call_delta, "tool_calls": [piece]})
+    yield chunk({"role": "assistant", "content": ""})
+    finish_on_last = lean and finish_reason == "length" and bool(deltas)
+    for number, delta in enumerate(deltas, start=1):
+        last = number == len(deltas)
+        yield chunk(delta, finish_reason if finish_on_last and last else None)
+    if not finish_on_last:
+        yield chunk({}, finish_reason)
     if usage is not None:
         yield {
             "id": completion_id,
@@ -260,10 +290,50 @@ def iter_chunk_bodies(
         }
 
 
-def error_body(message: str, *, error_type: str, code: int, nested: bool) -> dict[str, Any]:
+def model_list(
+    served_model_names: Sequence[str], *, root: str, max_model_len: int, created: int
+) -> dict[str, Any]:
+    """``GET /v1/models``: one card per served name, each with vLLM's ``permission`` entry."""
+    cards = [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": root,
+            "parent": None,
+            "max_model_len": max_model_len,
+            "permission": [_model_permission(created)],
+        }
+        for name in served_model_names
+    ]
+    return {"object": "list", "data": cards}
+
+
+def _model_permission(created: int) -> dict[str, object]:
+    """The ``permission`` entry of a model card, as vLLM fills it."""
+    return {
+        "id": f"modelperm-{uuid.uuid4().hex[:16]}",
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+
+
+def error_body(
+    message: str, *, error_type: str, code: int, nested: bool, param: str | None = None
+) -> dict[str, Any]:
     """vLLM's error object: ``{"error": {"message", "type", "param", "code"}}`` when *nested*
     (vLLM 0.10.1 on), else the older flat ``{"object": "error", "message", ...}``."""
-    fields = {"message": message, "type": error_type, "param": None, "code": code}
+    fields = {"message": message, "type": error_type, "param": param, "code": code}
     return {"error": fields} if nested else {"object": "error", **fields}
 
 

@@ -12,14 +12,16 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.experiment import Arm
+from pytest_haico.config.settings import Profile
 from pytest_haico.stack.postgres import find_postgres_binaries
+from pytest_haico.stack.request import StackRequest
 from tests.gates.conftest import make_vllm_venv
 
 SHIMS = Path(__file__).with_name("shims")
@@ -79,6 +81,25 @@ class ShimSite:
     @property
     def sif_dir(self) -> Path:
         return self.root / "work" / "sif"
+
+    def stack_request(
+        self,
+        run_dir: Path,
+        *,
+        arm: Arm = ARM,
+        site: ClusterEnv | None = None,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> StackRequest:
+        """The cluster profile's stack for `arm` on this site (or `site`), in `run_dir`."""
+        return StackRequest(
+            arm=arm,
+            run_dir=run_dir,
+            profile=Profile.CLUSTER,
+            site=self.cluster_env if site is None else site,
+            environ=self.environ if environ is None else environ,
+            **options,
+        )
 
     def configure_vllm(self, **options: Any) -> None:
         """Rewrite the vLLM shim's configuration (persona, load_s, load_lines, ...)."""

@@ -24,7 +24,8 @@ import pytest
 
 from pytest_haico.procfs import is_alive, iter_processes
 from pytest_haico.stack import Orchestrator
-from pytest_haico.stack.profiles import HttpService, build_llm_service
+from pytest_haico.stack.local import build_llm_service
+from pytest_haico.stack.profiles import HttpService
 from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, ShimSite
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject

@@ -21,7 +21,8 @@ from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.stack.apptainer import ContainerHttpService, host_environment
 from pytest_haico.stack.cluster import build_cluster_stack
 from pytest_haico.stack.pgcluster import SUPERUSER
-from pytest_haico.stack.profiles import BackendCommand, ModelEndpoint, Stack
+from pytest_haico.stack.profiles import Stack
+from pytest_haico.stack.request import BackendCommand, ModelEndpoint
 from pytest_haico.stack.service import write_env_file
 from tests.cluster.shim_site import (
     ARM,
@@ -35,9 +36,7 @@ PORTS = {"llm": 25000, "postgres": 25001, "backend": 25002}
 
 
 def _build(site: ShimSite, tmp_path: Path, *, arm: Arm = ARM, **options: Any) -> Stack:
-    return build_cluster_stack(
-        tmp_path / "logs", arm=arm, site=site.cluster_env, environ=site.environ, **options
-    )
+    return build_cluster_stack(site.stack_request(tmp_path, arm=arm, **options))
 
 
 def _read_env_file(path: Path) -> dict[str, str]:
@@ -206,7 +205,7 @@ def test_phoenix_enabled_in_cluster_env_turns_tracing_on(
 ) -> None:
     values = {**shim_site.cluster_env.values, "PHOENIX_ENABLED": "1"}
     site = dataclasses.replace(shim_site.cluster_env, values=values)
-    stack = build_cluster_stack(tmp_path, arm=ARM, site=site, environ=shim_site.environ)
+    stack = build_cluster_stack(shim_site.stack_request(tmp_path, site=site))
     assert stack.backend_config["PHOENIX_ENABLED"] == "1"
 
 
@@ -302,7 +301,7 @@ def test_sif_dir_defaults_to_cluster_work_and_may_be_set(
     shim_site.sif_dir.rename(moved)
     values = {**shim_site.cluster_env.values, "SIF_DIR": str(moved)}
     site = dataclasses.replace(shim_site.cluster_env, values=values)
-    stack = build_cluster_stack(tmp_path / "logs", arm=ARM, site=site, environ=shim_site.environ)
+    stack = build_cluster_stack(shim_site.stack_request(tmp_path, site=site))
     assert isinstance(stack.backend, ContainerHttpService)
     assert stack.backend.apptainer.image.parent == moved
 
@@ -337,7 +336,7 @@ def test_cluster_env_without_what_the_profile_needs_is_a_config_error(
         shim_site.cluster_env, values={k: v for k, v in values.items() if v is not None}
     )
     with pytest.raises(ConfigError, match=message) as raised:
-        build_cluster_stack(tmp_path, arm=ARM, site=site, environ=shim_site.environ)
+        build_cluster_stack(shim_site.stack_request(tmp_path, site=site))
     assert str(raised.value).startswith(f"{shim_site.root}/cluster.env: ")
 
 
@@ -346,7 +345,7 @@ def test_no_apptainer_on_path_or_no_vllm_in_the_venv_is_a_stack_error(
 ) -> None:
     environ = {**shim_site.environ, "PATH": "/nonexistent"}
     with pytest.raises(StackError, match="apptainer is not on PATH"):
-        build_cluster_stack(tmp_path, arm=ARM, site=shim_site.cluster_env, environ=environ)
+        build_cluster_stack(shim_site.stack_request(tmp_path, environ=environ))
     (shim_site.venv / "bin" / "vllm").unlink()
     with pytest.raises(StackError, match=r"bin/vllm is not an executable: VLLM_VENV=.* no vLLM"):
         _build(shim_site, tmp_path)

@@ -27,7 +27,8 @@ from pytest_haico.runner.preflight import cluster_images
 from pytest_haico.stack.apptainer import ContainerHttpService
 from pytest_haico.stack.cluster import build_cluster_stack
 from pytest_haico.stack.phoenix import PhoenixService, save_sqlite
-from pytest_haico.stack.profiles import BackendCommand, Stack
+from pytest_haico.stack.profiles import Stack
+from pytest_haico.stack.request import BackendCommand
 from tests.cluster.shim_site import (
     ARM,
     PHOENIX_DIGEST,
@@ -49,9 +50,7 @@ def _site(shim_site: ShimSite, **change: str | None) -> ClusterEnv:
 
 
 def _build(shim_site: ShimSite, run: Path, **options: Any) -> Stack:
-    return build_cluster_stack(
-        run / "logs", arm=ARM, site=_site(shim_site), environ=shim_site.environ, **options
-    )
+    return build_cluster_stack(shim_site.stack_request(run, site=_site(shim_site), **options))
 
 
 def _phoenix(stack: Stack) -> PhoenixService:
@@ -125,7 +124,7 @@ def test_without_phoenix_enabled_no_phoenix_runs_and_its_sif_is_not_needed(
 ) -> None:
     (shim_site.sif_dir / f"phoenix-sha256-{PHOENIX_DIGEST}.sif").unlink()
     site = _site(shim_site, PHOENIX_ENABLED=None)
-    stack = build_cluster_stack(tmp_path, arm=ARM, site=site, environ=shim_site.environ)
+    stack = build_cluster_stack(shim_site.stack_request(tmp_path, site=site))
     monkeypatch.setattr(stack.orchestrator, "port", PORTS.__getitem__)
     assert [s.name for s in stack.orchestrator.services] == ["llm", "postgres", "backend"]
     assert stack.backend.requires == ("postgres",)
@@ -142,7 +141,7 @@ def test_phoenix_enabled_without_phoenix_image_is_a_config_error_and_a_failed_ga
 ) -> None:
     site = _site(shim_site, PHOENIX_IMAGE=None)
     with pytest.raises(ConfigError) as raised:
-        build_cluster_stack(tmp_path, arm=ARM, site=site, environ=shim_site.environ)
+        build_cluster_stack(shim_site.stack_request(tmp_path, site=site))
     assert str(raised.value) == (
         f"{shim_site.root}/cluster.env: PHOENIX_IMAGE: required by PHOENIX_ENABLED=1: Phoenix's "
         "image pinned by digest (docker://<repo>@sha256:<64 hex>) or the absolute path of a .sif"
@@ -219,7 +218,8 @@ def test_the_stack_starts_phoenix_and_keeps_its_database_in_the_run_directory(
         rows = database.execute("SELECT content_type, body FROM traces").fetchall()
     assert rows == [("application/x-protobuf", span)]
     assert not private.exists()
-    assert sorted(p.name for p in run.iterdir()) == ["logs", "phoenix.db"]
+    # What a run's stack leaves in its run directory: the logs, the registry's mirror.
+    assert sorted(p.name for p in run.iterdir()) == ["logs", "phoenix.db", "services.json"]
     assert not [pid for pid in pgids if is_alive(pid)]
     assert not group_members(pgids)
     assert grpc not in phoenix.ports.claimed

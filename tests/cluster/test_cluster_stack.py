@@ -44,9 +44,7 @@ SCRIPT = Script.model_validate(
 
 
 def _build(site: ShimSite, root: Path) -> Stack:
-    return build_cluster_stack(
-        root / "logs", arm=ARM, site=site.cluster_env, environ=site.environ, state_dir=root
-    )
+    return build_cluster_stack(site.stack_request(root, state_dir=root))
 
 
 def _processes(stack: Stack) -> dict[str, list[int]]:

@@ -13,7 +13,8 @@ import pytest
 
 import pytest_haico
 from pytest_haico.stack import Orchestrator
-from pytest_haico.stack.profiles import HttpService, build_llm_service
+from pytest_haico.stack.local import build_llm_service
+from pytest_haico.stack.profiles import HttpService
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
 ARMS = {

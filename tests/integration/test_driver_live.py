@@ -20,7 +20,9 @@ from pytest_haico.driver.conversation import ConversationResult, make_thread_id,
 from pytest_haico.driver.snapshots import VLLM_PROVIDER, PostgresSnapshotReader
 from pytest_haico.ledger.verdicts import Outcome, Verdict
 from pytest_haico.redact import Redactor
-from pytest_haico.stack.profiles import Stack, build_local_stack
+from pytest_haico.stack.local import build_local_stack
+from pytest_haico.stack.profiles import Stack
+from pytest_haico.stack.request import StackRequest
 from tests.polling import wait_for_async
 
 SERVED_NAME = "live"
@@ -51,17 +53,10 @@ HANGING_SCRIPT = Script.model_validate(
 
 def _stack(tmp_path_factory: pytest.TempPathFactory, persona: str) -> Stack:
     root = tmp_path_factory.mktemp(f"stack-{persona}")
-    return build_local_stack(
-        root / "logs",
-        served_name=SERVED_NAME,
-        max_model_len=4096,
-        enable_tool_calling=True,
-        tool_call_parser="hermes",
-        persona=persona,
-        latency_ms=0,
-        seed=0,
-        state_dir=root,
+    arm = Arm.model_validate(
+        {"name": SERVED_NAME, "vllm": {"max_model_len": 4096}, "standin": {"persona": persona}}
     )
+    return build_local_stack(StackRequest(arm=arm, run_dir=root, state_dir=root))
 
 
 @pytest.fixture(scope="module")

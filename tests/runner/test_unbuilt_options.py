@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_haico.config.settings import OPTIONS
+from pytest_haico.config.options import OPTIONS
 
 EXPERIMENTS = {
     "experiments/arms/demo.toml": "",

@@ -8,28 +8,31 @@ from typing import Any
 
 import httpx
 import psycopg
-import pytest
 
-from pytest_haico.errors import ConfigError
+from pytest_haico.config.experiment import Arm
 from pytest_haico.procfs import is_alive
-from pytest_haico.stack import Stack, build_local_stack
+from pytest_haico.stack import Stack, StackRequest, build_local_stack
 
 
-def _build(log_dir: Path, **options: Any) -> Stack:
-    return build_local_stack(
-        log_dir, served_name="stand-in", max_model_len=4096, persona="helpful", latency_ms=0,
-        seed=7, **options,
-    )  # fmt: skip
+def _build(
+    run_dir: Path, *, tools: bool = True, state_dir: Path | None = None, **standin: Any
+) -> Stack:
+    arm = Arm.model_validate(
+        {
+            "name": "stand-in",
+            "vllm": {
+                "max_model_len": 4096,
+                "enable_tool_calling": tools,
+                "tool_call_parser": "hermes" if tools else None,
+            },
+            "standin": {"seed": 7, **standin},
+        }
+    )
+    return build_local_stack(StackRequest(arm=arm, run_dir=run_dir, state_dir=state_dir))
 
 
 def test_llm_and_backend_command_lines(tmp_path: Path) -> None:
-    stack = _build(
-        tmp_path,
-        enable_tool_calling=True,
-        tool_call_parser="hermes",
-        substitute_model="other/model",
-        rate_limit_rpm=30,
-    )
+    stack = _build(tmp_path, substitute_model="other/model", rate_limit_rpm=30)
     assert stack.llm is not None  # the stand-in model server: no --haico-model-endpoint
     assert list(stack.llm.argv(20001)) == [
         sys.executable, "-m", "pytest_haico.standins.llm",
@@ -50,15 +53,8 @@ def test_llm_and_backend_command_lines(tmp_path: Path) -> None:
     assert stack.backend.health_headers == {"Authorization": f"Bearer {stack.admin_token}"}
 
 
-def test_tool_calling_without_a_parser_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="tool_call_parser: required when tool calling is on"):
-        _build(tmp_path, enable_tool_calling=True, tool_call_parser=None)
-
-
 def test_local_stack_starts_answers_and_stops(tmp_path: Path) -> None:
-    stack = _build(
-        tmp_path / "logs", enable_tool_calling=False, tool_call_parser=None, state_dir=tmp_path
-    )
+    stack = _build(tmp_path, tools=False, state_dir=tmp_path)
     with stack:
         procs = stack.orchestrator.processes
         pids = {name: p.pid or 0 for name, p in procs.items()}

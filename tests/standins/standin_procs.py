@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from pytest_haico.stack import HttpService, Orchestrator, ServiceProcess
-from pytest_haico.stack.profiles import build_backend_service, build_llm_service
+from pytest_haico.stack.local import build_backend_service, build_llm_service
 from tests.polling import wait_for
 from tests.standins.standin_http import ADMIN_TOKEN, API_KEY, MODEL
 
