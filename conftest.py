@@ -1,6 +1,6 @@
 """This repository's own test session: its plugins and markers, the Hypothesis profile of CI,
-the marks that keep the slow tests out of the fast loop, and the xdist groups of the tests
-that share a resource; below them, this repository's implementations of pytest-haico's
+the marks that keep the slow tests out of the fast loop, and how `-n N` shares the tests
+out among xdist's workers; below them, this repository's implementations of pytest-haico's
 hook specs.
 
 pytest loads this file for every run in the repository, `pytest experiments` too: what
@@ -57,25 +57,24 @@ SUBPROCESS_METHODS = frozenset(
 BACKGROUND_RUN = ("campaign", "start")
 FINER_MARKS = ("stack", "slurm", "subprocess")
 
-# The only resource tests share across xdist workers: the private Slurm cluster, which
-# starts once per worker, so every test of it runs on one (and first: it is the longest).
-XDIST_GROUPS = {"slurm": "slurm"}
-
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
-    # `-n N` alone would hand out single tests (each worker would start its own Slurm
-    # cluster); an explicit --dist is left as it is.
-    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
-        config.option.dist = "loadgroup"
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`-n N` (whose --dist is load unless one is given): whole modules, and the folders
+    that share a session resource, see tests/scheduling.py."""
+    if config.getoption("dist") != "load":
+        return None
+    from tests.scheduling import SharedResourceScheduling
+
+    return SharedResourceScheduling(config, log)
 
 
-# Before xdist's worker suffixes the group names to node ids, and before -m deselects.
+# Before -m deselects.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -83,8 +82,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _mark(item)
     if hasattr(config, "workerinput"):
         # Every worker sorts alike (xdist checks that they collected the same order): the
-        # slow tests first, so that the last ones to be handed out are short.
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        # Slurm tests first, then the other slow ones, so that the last units handed out
+        # are short.
+        items.sort(key=lambda item: (not item.get_closest_marker("slurm"), not _is_slow(item)))
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is not None
 
 
 def _mark(item: pytest.Item) -> None:
@@ -99,18 +103,14 @@ def _mark(item: pytest.Item) -> None:
         marks.add("slow")
     for name in sorted(marks):
         item.add_marker(name)
-        if name in XDIST_GROUPS:
-            item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[name]))
 
 
 def _runs_pytest_in_a_subprocess(item: pytest.Item) -> bool:
     """Whether the test function, or a function of its module that it calls, calls one of
     the `SUBPROCESS_METHODS` or `campaign.start`, or runs `python -m pytest`."""
     function = getattr(item, "function", None)
-    if function is None:
-        return False
-    module = inspect.getmodule(function)
-    if module is None or module.__file__ is None:
+    module = inspect.getmodule(function) if function is not None else None
+    if function is None or module is None or module.__file__ is None:
         return False
     functions = _functions_of(Path(module.__file__))
     name = function.__name__

@@ -26,14 +26,15 @@ def pytest_sessionfinish(session):
             out.write(f"{getattr(handler, '__module__', None) == 'pytest_haico.campaign.signals'} ")
 """
     )
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a batch shell's background job inherits
+    # As a batch shell's background job inherits it.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         signums = (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM)
         before = {s: signal.getsignal(s) for s in signums}
         result = campaign.run()
         after = {s: signal.getsignal(s) for s in signums}
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
     result.assert_outcomes(passed=1)
     assert (campaign.root / "seen.txt").read_text() == "True True True "
     assert after == before
@@ -58,19 +59,32 @@ def test_a_run_beside_the_experiments_leaves_the_signal_handlers_alone(
 ) -> None:
     campaign.arm("a")
     campaign.simple_scripts("s1")
+    # A real process; its conftest.py is imported before any plugin's configure runs.
+    campaign.pytester.makeconftest(
+        """
+import signal
+
+import pytest
+
+SIGNALS = (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM)
+INHERITED = {signum: signal.getsignal(signum) for signum in SIGNALS}
+
+
+@pytest.fixture
+def inherited():
+    return INHERITED
+"""
+    )
     campaign.pytester.makepyfile(
         **{
             "tests/test_unit.py": """
 import signal
 
-def test_handlers():
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def test_handlers(inherited):
+    assert {signum: signal.getsignal(signum) for signum in inherited} == inherited
 """
         }
     )
-    # A real process: the handlers seen are the ones this pytest run started with.
     result = campaign.pytester.runpytest_subprocess("tests", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 
