@@ -30,7 +30,7 @@ MARKERS = (
     "subprocess: runs pytest in a subprocess (a campaign, a signal, a kill); implies slow",
     "postgres: needs a real PostgreSQL server binary",
     "vllm: needs the real-vLLM tier (python3 tests/vllm/setup_tier.py; skipped with a reason "
-    "where absent)",
+    "where absent); implies slow",
 )
 
 # The session fixtures that start real services (postgres_dsn, llm_server and
@@ -48,6 +48,7 @@ FOLDER_MARKS = {
     "kept": "stack",
     "signals": "stack",
     "integration": "stack",
+    "vllm": "stack",
 }
 # How a test runs pytest in a subprocess: pytester's and the harness's methods.
 SUBPROCESS_METHODS = frozenset(
@@ -55,7 +56,7 @@ SUBPROCESS_METHODS = frozenset(
 )
 # The harness's background run (`campaign.start(...)`); `start` alone names too much.
 BACKGROUND_RUN = ("campaign", "start")
-FINER_MARKS = ("stack", "slurm", "subprocess")
+FINER_MARKS = frozenset({"stack", "slurm", "subprocess", "vllm"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,9 +98,10 @@ def _mark(item: pytest.Item) -> None:
     folder = item.path.relative_to(TESTS).parts[0]
     if folder in FOLDER_MARKS:
         marks.add(FOLDER_MARKS[folder])
-    if not marks & set(FINER_MARKS) and _runs_pytest_in_a_subprocess(item):
+    marked = {mark.name for mark in item.iter_markers()}  # `vllm` comes with a parameter
+    if not (marks | marked) & FINER_MARKS and _runs_pytest_in_a_subprocess(item):
         marks.add("subprocess")
-    if marks & set(FINER_MARKS):
+    if (marks | marked) & FINER_MARKS:
         marks.add("slow")
     for name in sorted(marks):
         item.add_marker(name)
