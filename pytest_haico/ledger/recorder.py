@@ -151,10 +151,16 @@ class Recorder:
         *,
         turns: Iterable[TurnRecord] = (),
         error: ErrorInfo | None = None,
+        started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        duration_s: float | None = None,
         in_flight_at_start: int = 0,
     ) -> LedgerRecord | None:
         """Append the attempt's record unless it already has one; return what was written.
+
+        `started_at`, `finished_at` and `duration_s` are what the conversation measured (its
+        duration on the monotonic clock); without them the attempt's pytest start, now, and
+        their difference. A duration is never negative.
 
         The attempt counts as recorded once the record is fsynced. Raises
         `LedgerWriteError` when it could not be; `write_failure` keeps the first.
@@ -170,7 +176,9 @@ class Recorder:
                 message = redactor.redact(error.message)[:MAX_MESSAGE]
                 error = ErrorInfo(kind=error.kind, message=message)
             finished = finished_at or utc_now()
-            started = state.started_at or finished
+            started = started_at or state.started_at or finished
+            if duration_s is None:
+                duration_s = (finished - started).total_seconds()
             record = LedgerRecord(
                 run_id=self._claim_locked(spec.arm.name).run_id,
                 campaign=self.campaign,
@@ -186,7 +194,7 @@ class Recorder:
                 verdict=verdict,
                 started_at=started.isoformat(timespec="microseconds"),
                 finished_at=finished.isoformat(timespec="microseconds"),
-                duration_s=round((finished - started).total_seconds(), 6),
+                duration_s=round(max(duration_s, 0.0), 6),
                 in_flight_at_start=in_flight_at_start,
                 model_identity=parse_model_identity(spec.model_identity),
                 backend_identity=parse_backend_identity(spec.backend_identity),

@@ -247,14 +247,17 @@ class ArmConversations:
         self, state: ItemAttempt, outcome: ConversationResult | BaseException, in_flight: int
     ) -> Conversation:
         result = outcome if isinstance(outcome, ConversationResult) else self._failed(outcome)
-        state.started_at = result.started_at
         try:
+            # The conversation's own times: the item's pytest hooks may set the state's
+            # start on the main thread while this thread records (a negative duration).
             record = self._request.recorder.record(
                 state,
                 result.verdict,
                 turns=result.turns,
                 error=result.error,
+                started_at=result.started_at,
                 finished_at=result.finished_at,
+                duration_s=result.duration_s,
                 in_flight_at_start=in_flight,
             )
         except LedgerWriteError as exc:

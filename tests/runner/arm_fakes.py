@@ -233,7 +233,9 @@ class FakeRecorder:
         *,
         turns: Iterable[TurnRecord] = (),
         error: ErrorInfo | None = None,
+        started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        duration_s: float | None = None,
         in_flight_at_start: int = 0,
     ) -> LedgerRecord | None:
         with self._lock:

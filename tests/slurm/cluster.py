@@ -99,7 +99,9 @@ class SlurmCluster:
             "SelectTypeParameters=CR_Core",
             "SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1",
             "DependencyParameters=kill_invalid_depend",
-            "KillWait=5",
+            # Slurm's default: a TERM reaches exit 75 in about a second idle, but in 5 s
+            # (this setting before) not always on two cores under four test workers.
+            "KillWait=30",
             "OverTimeLimit=0",
             "MinJobAge=300",
             "MailProg=/bin/true",
@@ -188,7 +190,7 @@ class SlurmCluster:
         return _fields(lines[-1]) if lines else {}
 
     def config_value(self, name: str) -> str:
-        """A setting as the running controller reports it: ``KillWait`` -> ``5 sec``."""
+        """A setting as the running controller reports it: ``KillWait`` -> ``30 sec``."""
         for line in self.run("scontrol", "show", "config", check=True).stdout.splitlines():
             key, sep, value = line.partition("=")
             if sep and key.strip() == name:

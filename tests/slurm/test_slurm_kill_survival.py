@@ -62,7 +62,7 @@ WALLTIME_SHORT = 40
 
 # The campaign projects' pytest settings: the harness's, and no hypothesis plugin. A dev tool
 # of this venv, not of a campaign, its terminal summary imports all of hypothesis (2-4 s on
-# two busy cores), after SIGTERM too, which can outlast this cluster's KillWait (5 s): the
+# two busy cores), after SIGTERM too, which outlasted a KillWait of 5 s: the
 # job then ends by SIGKILL (exit 0:9) with every record already on disk.
 PYPROJECT = """\
 [tool.pytest.ini_options]
