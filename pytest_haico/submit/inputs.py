@@ -104,7 +104,7 @@ class Submission:
 
     @property
     def dir(self) -> Path:
-        return self.campaign_dir / SUBMISSIONS_DIR / self.name
+        return submissions_dir(self.campaign_dir) / self.name
 
     @property
     def digest(self) -> str:
@@ -154,6 +154,11 @@ class Submission:
     def site(self) -> ClusterEnv | None:
         path = self.cluster_env
         return load_cluster_env(path) if path is not None else None
+
+
+def submissions_dir(campaign_dir: Path) -> Path:
+    """Where a campaign's submissions are."""
+    return campaign_dir / SUBMISSIONS_DIR
 
 
 def submission_name(digest: str) -> str:
