@@ -16,7 +16,7 @@ from pytest_haico.config.experiment import Experiments
 from pytest_haico.config.item_list import parse_item_list
 from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
 from pytest_haico.config.settings import Profile, Shard
-from pytest_haico.ledger.jsonl import RawRecord, iter_ledger_dir
+from pytest_haico.ledger.format import RawRecord, iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.rundir import ArmPaths, job_key_of, runs_of
 from pytest_haico.ledger.verdicts import Verdict
