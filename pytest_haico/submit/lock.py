@@ -101,7 +101,7 @@ def _acquire(fd: int, path: Path, *, wait_s: float, say: Say) -> None:
                 "wait for it to finish, then run this command again"
             )
         if not told:
-            say(f"haico: waiting up to {wait_s:.0f} s for {holder} to finish with the submission")
+            say(f"haico: waiting up to {wait_s:g} s for {holder} to finish with the submission")
             told = True
         time.sleep(_POLL_S)
 

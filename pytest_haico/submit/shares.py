@@ -28,7 +28,7 @@ from pytest_haico.submit.journal import JournaledJob, PlannedJob
 
 # (job name, array task): one attempt at a share.
 Attempt = tuple[str, int]
-_TERMINAL = frozenset(verdict.value for verdict in Verdict if verdict.is_terminal)
+_TERMINAL = frozenset(verdict for verdict in Verdict if verdict.is_terminal)
 
 
 @dataclass(frozen=True)

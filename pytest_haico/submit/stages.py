@@ -271,9 +271,10 @@ Smoke jobs: {", ".join(p.name for p in plans)}.
 
 Submit the full stage (`haico submit {campaign_dir} --stage full`) only when all hold:
 
-- [ ] Every smoke task ended COMPLETED 0:0 (`haico continue {campaign_dir} --dry-run` lists
-      any that did not; the full stage waits for them with afterok, and Slurm cancels it if
-      one fails).
+- [ ] Every smoke share is done: `haico continue {campaign_dir} --dry-run` ends its line
+      with `done` (a smoke task that timed out and was continued to COMPLETED counts). A full
+      stage submitted at once waits for the newest attempts (afterok); if Slurm cancelled it
+      because a smoke task failed, `haico continue` reruns it once the smoke shares are done.
 - [ ] Each smoke run's gates.json shows every gate passed
       ({campaign_dir}/<arm>/runs/*/gates.json; arms: {", ".join(arms)}).
 - [ ] No smoke item ended infra_error, rate_limited or gave_up: those are the stack's
