@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
+from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
@@ -265,10 +266,10 @@ def _continue_time(
 
 def _write_items(path: Path, items: Sequence[str], tasks: int) -> None:
     """The owed items, one test id per line; task k of the array runs lines k, k+tasks, ..."""
-    path.parent.mkdir(mode=0o750, exist_ok=True)
+    make_dirs(path.parent, DEFAULT_FILE_MODE)
     lines = [
         f"# {len(items)} items over {tasks} array tasks: task k runs the items at positions "
         f"k, k+{tasks}, k+{2 * tasks}, ... (--haico-shard k/{tasks})",
     ]
     lines += list(items)
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, ("\n".join(lines) + "\n").encode(), mode=DEFAULT_FILE_MODE)
