@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pytest_haico.files import ownership_problem
 from pytest_haico.submit.jobs import Say, SubmitError
 from pytest_haico.submit.journal import now_iso
 
@@ -63,13 +64,9 @@ def holding(path: Path, *, command: str, say: Say, wait_s: float = LOCK_WAIT_S) 
 
 def _check_own(fd: int, path: Path) -> None:
     info = os.fstat(fd)
-    problem = None
-    if not stat.S_ISREG(info.st_mode):
+    problem = ownership_problem(info)
+    if problem is None and not stat.S_ISREG(info.st_mode):
         problem = "is not a regular file"
-    elif info.st_uid != os.geteuid():
-        problem = f"is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
-    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = f"is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
     if problem is not None:
         raise SubmitError(
             f"the submission lock {path} {problem}: another user could hold it; remove it"

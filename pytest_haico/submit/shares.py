@@ -16,6 +16,8 @@ from pytest_haico.config.experiment import Experiments
 from pytest_haico.config.item_list import parse_item_list
 from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
 from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.errors import UntrustedFileError
+from pytest_haico.files import read_owned_file
 from pytest_haico.ledger.format import RawRecord, iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.rundir import ArmPaths, job_key_of, runs_of
@@ -285,11 +287,11 @@ class _ArmLedger:
         has none, or none failed."""
         for run in reversed(runs_of(self.paths, key)):
             try:
-                document = json.loads((run / "gates.json").read_bytes())
+                document = json.loads(read_owned_file(run / "gates.json"))
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError):
-                return None
+            except (UntrustedFileError, OSError, ValueError):
+                return None  # the decision then names the job's log instead
             failed = [
                 gate
                 for gate in document.get("gates", ())

@@ -56,7 +56,7 @@ class Campaign:
     def campaign_dir(self) -> Path:
         return self.project / "results" / "demo"
 
-    def haico(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def haico(self, *args: str, umask: int = 0o022) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "pytest_haico", *args],
             cwd=self.project,
@@ -64,6 +64,7 @@ class Campaign:
             capture_output=True,
             text=True,
             timeout=120,  # a hang detector, not a bound on the time it takes
+            umask=umask,
         )
 
     def submission(self) -> Submission:
