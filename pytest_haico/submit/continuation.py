@@ -96,7 +96,8 @@ def _round(submission: Submission, request: Request, *, say: Say) -> Round:
     plans = _plans(submission, experiments, jobs, rerun, request, say=say) if rerun else []
     result = Round(decided=decided, resubmitted=len(plans))
     if result.finished:
-        items = sum(len(share.items) for share, _ in decided)
+        # A smoke share's items are among the full stage's too: each is counted once.
+        items = len({(spec.arm.name, spec.item_id) for share, _ in decided for spec in share.items})
         say(
             f"haico: nothing to continue: every share of submission {submission.name} is "
             f"done ({items} items)"

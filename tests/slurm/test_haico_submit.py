@@ -296,25 +296,35 @@ def test_an_edit_of_the_frozen_inputs_after_submission_is_refused_by_the_digest_
     assert len(project.records()) == before, "an item ran on edited inputs"
 
 
-def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new_tasks(
-    project: Project,
-) -> None:
-    # Eight items of three turns at 5 s a completion, one conversation at a time: after a
-    # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
-    # it is still running at the controller's next time-limit check (at most 30 s away).
+def _work_items(project: Project, *, count: int, turns: int, latency_ms: int) -> None:
+    """The demo arm, one conversation at a time, over `count` items of stratum `work`."""
     experiments = project.root / "experiments"
     for script in (experiments / "scripts").iterdir():
         script.unlink()
     (experiments / "scripts" / "work.yaml").write_text(
         "".join(
             f"- id: work-{n}\n  stratum: work\n  turns:\n"
-            + "".join(f"    - user: 'Question {k} of task {n}?'\n" for k in range(3))
-            for n in range(8)
+            + "".join(f"    - user: 'Question {k} of task {n}?'\n" for k in range(turns))
+            for n in range(count)
         )
     )
     arm = experiments / "arms" / "demo.toml"
-    text = arm.read_text().replace("latency_ms = 20", "latency_ms = 5000")
+    text = arm.read_text().replace("latency_ms = 20", f"latency_ms = {latency_ms}")
     arm.write_text(text.replace("concurrency = 4", "concurrency = 1"))
+
+
+def _terminal_once(project: Project, count: int) -> None:
+    terminal = Counter(r["item_id"] for r in project.records() if r["verdict"] in TERMINAL)
+    assert len(terminal) == count and set(terminal.values()) == {1}, "an item ran twice or never"
+
+
+def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new_tasks(
+    project: Project,
+) -> None:
+    # Eight items of three turns at 5 s a completion, one conversation at a time: after a
+    # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
+    # it is still running at the controller's next time-limit check (at most 30 s away).
+    _work_items(project, count=8, turns=3, latency_ms=5000)
     smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
     assert smoke.returncode == 0, smoke.stderr
     [smoke_id] = project.job_ids("smoke")
@@ -371,18 +381,61 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
     assert len(owed) == 8 - len(done_before)
 
     records = project.records()
-    terminal = Counter(r["item_id"] for r in records if r["verdict"] in TERMINAL)
-    assert len(terminal) == 8 and set(terminal.values()) == {1}, "an item ran twice or never"
+    _terminal_once(project, 8)
+    terminal = {r["item_id"] for r in records if r["verdict"] in TERMINAL}
     rerun = {
         r["item_id"]
         for r in records
         if r["slurm"]["array_job_id"] == cont_id and r["verdict"] in TERMINAL
     }
-    assert rerun == set(terminal) - done_before
+    assert rerun == terminal - done_before
 
     again = project.haico("continue", "demo")
     assert again.returncode == 0, again.stderr
-    assert "nothing to continue" in again.stdout
+    assert "haico: nothing to continue: every share of submission" in again.stdout
+
+
+def test_a_users_scancel_is_not_rerun_until_asked_and_then_only_what_it_owes(
+    project: Project,
+) -> None:
+    _work_items(project, count=6, turns=2, latency_ms=2000)
+    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
+    assert smoke.returncode == 0, smoke.stderr
+    [smoke_id] = project.job_ids("smoke")
+    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
+    full = project.haico("submit", "demo", "--stage", "full", "--tasks", "1", "--time", "10")
+    assert full.returncode == 0, full.stderr
+    [full_id] = project.job_ids("full")
+
+    def ran_one() -> bool:
+        return any(r["slurm"]["array_job_id"] == full_id for r in project.records())
+
+    wait_for(ran_one, timeout=120, what="the full job's first record")
+    project.cluster.run("scancel", full_id, check=True)
+    ends = project.cluster.wait_ended(full_id)
+    assert set(ends.values()) == {"CANCELLED"}, ends
+    owed = 6 - len({r["item_id"] for r in project.records() if r["verdict"] in TERMINAL})
+    assert owed > 0
+
+    held = project.haico("continue", "demo")
+    assert held.returncode == 1, held.stdout + held.stderr
+    assert re.search(
+        rf"haico: full demo.work task 0 \(job {full_id}_0\): CANCELLED \S+, {owed} of \d+ items "
+        rf"owed .*: cancelled \(scancel\), not rerun: --include-cancelled reruns its {owed} "
+        "owed items",
+        held.stdout,
+    ), held.stdout
+    assert "nothing to continue" not in held.stdout
+    assert project.job_ids("continue-1") == []
+
+    rerun = project.haico("continue", "demo", "--include-cancelled")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "rerun (round 2): cancelled, and --include-cancelled reruns it" in rerun.stdout
+    [cont_id] = project.job_ids("continue-1")
+    assert set(project.cluster.wait_ended(cont_id).values()) == {"COMPLETED"}
+    _terminal_once(project, 6)
+    done = project.haico("continue", "demo")
+    assert done.returncode == 0 and "nothing to continue" in done.stdout, done.stdout
 
 
 def end_time_in(seconds: float) -> str:
