@@ -313,6 +313,19 @@ def _work_items(project: Project, *, count: int, turns: int, latency_ms: int) ->
     arm.write_text(text.replace("concurrency = 4", "concurrency = 1"))
 
 
+def _smoke_then_full(project: Project, *, tasks: int, time: str) -> str:
+    """A smoke stage of one item per task run to COMPLETED, then the full stage submitted
+    over `tasks` array tasks; the full job's id."""
+    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
+    assert smoke.returncode == 0, smoke.stderr
+    [smoke_id] = project.job_ids("smoke")
+    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
+    full = project.haico("submit", "demo", "--stage", "full", "--tasks", str(tasks), "--time", time)
+    assert full.returncode == 0, full.stderr
+    [full_id] = project.job_ids("full")
+    return str(full_id)
+
+
 def _terminal_once(project: Project, count: int) -> None:
     terminal = Counter(r["item_id"] for r in project.records() if r["verdict"] in TERMINAL)
     assert len(terminal) == count and set(terminal.values()) == {1}, "an item ran twice or never"
@@ -325,13 +338,7 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
     # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
     # it is still running at the controller's next time-limit check (at most 30 s away).
     _work_items(project, count=8, turns=3, latency_ms=5000)
-    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
-    assert smoke.returncode == 0, smoke.stderr
-    [smoke_id] = project.job_ids("smoke")
-    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
-    full = project.haico("submit", "demo", "--stage", "full", "--tasks", "2", "--time", "20")
-    assert full.returncode == 0, full.stderr
-    [full_id] = project.job_ids("full")
+    full_id = _smoke_then_full(project, tasks=2, time="20")
 
     def to_run() -> dict[int, int] | None:
         counts = {}
@@ -399,13 +406,7 @@ def test_a_users_scancel_is_not_rerun_until_asked_and_then_only_what_it_owes(
     project: Project,
 ) -> None:
     _work_items(project, count=6, turns=2, latency_ms=2000)
-    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
-    assert smoke.returncode == 0, smoke.stderr
-    [smoke_id] = project.job_ids("smoke")
-    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
-    full = project.haico("submit", "demo", "--stage", "full", "--tasks", "1", "--time", "10")
-    assert full.returncode == 0, full.stderr
-    [full_id] = project.job_ids("full")
+    full_id = _smoke_then_full(project, tasks=1, time="10")
 
     def ran_one() -> bool:
         return any(r["slurm"]["array_job_id"] == full_id for r in project.records())

@@ -111,6 +111,13 @@ class Campaign:
                 if verdict == "completed":
                     self.done.add(spec.item_id)
 
+    def smoke_long(self) -> str:
+        """The smoke stage of stratum long submitted, its task 0 finished; its job id."""
+        done = self.haico("submit", "demo", "--stage", "smoke", "--stratum", "long")
+        assert done.returncode == 0, done.stderr
+        self.finish(".smoke.demo.long", 0)
+        return str(self.job(".smoke.demo.long").job_id)
+
     def finish(self, fragment: str, task: int) -> None:
         """Every item of the share completed, and its task COMPLETED."""
         self.record(fragment, task, ["completed"] * len(self.items(fragment, task)))

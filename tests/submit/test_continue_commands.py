@@ -103,9 +103,7 @@ def test_one_line_per_share_says_its_end_what_it_owes_and_what_continue_does_abo
 def test_nothing_to_continue_only_when_nothing_is_owed_and_nothing_runs(
     campaign: Campaign,
 ) -> None:
-    assert campaign.haico("submit", "demo", "--stage", "smoke", "--stratum", "long").returncode == 0
-    job = str(campaign.job(".smoke.demo.long").job_id)
-    campaign.finish(".smoke.demo.long", 0)
+    job = campaign.smoke_long()
     campaign.slurm.end(job, 1, "RUNNING")
     running = campaign.haico("continue", "demo")
     assert running.returncode == 0, running.stderr
@@ -136,9 +134,7 @@ def test_nothing_to_continue_only_when_nothing_is_owed_and_nothing_runs(
 def test_a_smoke_share_that_timed_out_and_was_continued_to_completed_opens_the_full_stage(
     campaign: Campaign,
 ) -> None:
-    assert campaign.haico("submit", "demo", "--stage", "smoke", "--stratum", "long").returncode == 0
-    smoke = str(campaign.job(".smoke.demo.long").job_id)
-    campaign.finish(".smoke.demo.long", 0)
+    smoke = campaign.smoke_long()
     campaign.slurm.end(smoke, 1, "TIMEOUT")
     refused = campaign.haico("submit", "demo", "--stage", "full", "--stratum", "long")
     assert refused.returncode == 2
@@ -219,3 +215,74 @@ def test_an_emptied_journal_adopts_the_jobs_slurm_has_by_name_and_submits_none_a
     [line] = ambiguous.stderr.splitlines()
     assert "haico cannot tell whether haico.demo." in line and "--force haico.demo." in line
     assert campaign.slurm.jobs().keys() == before.keys()
+
+
+def test_a_share_that_records_nothing_max_rounds_times_in_a_row_stops_and_progress_resets_it(
+    campaign: Campaign,
+) -> None:
+    campaign.slurm.end(campaign.smoke_long(), 1, "TIMEOUT")
+    rounds = ("--max-rounds", "2")
+    assert campaign.haico("continue", "demo", *rounds).returncode == 0
+    # The first rerun finishes one item before its walltime: progress, counting starts again.
+    campaign.record(".continue-1.demo.long", 1, ["completed"])
+    campaign.slurm.end(campaign.slurm.named(".continue-1.")[0], 1, "TIMEOUT")
+    assert campaign.haico("continue", "demo", *rounds).returncode == 0
+    campaign.slurm.end(campaign.slurm.named(".continue-2.")[0], 1, "TIMEOUT")
+    third = campaign.haico("continue", "demo", *rounds)
+    assert third.returncode == 0, third.stdout
+    matches(third.stdout, ["*continue-2 demo.long task 1 *: rerun (round 4): out of walltime"])
+    campaign.slurm.end(campaign.slurm.named(".continue-3.")[0], 1, "TIMEOUT")
+    stopped = campaign.haico("continue", "demo", *rounds)
+    assert stopped.returncode == 1
+    matches(
+        stopped.stdout,
+        [
+            "*continue-3 demo.long task 1 (job *_1): TIMEOUT 0:0, 1 of 2 items owed (1 without "
+            "a record): terminal: out of walltime, but its last 2 attempts in a row recorded no "
+            "item (--max-rounds 2): read its log *; a larger --max-rounds reruns it"
+        ],
+    )
+    assert campaign.slurm.named(".continue-4.") == []
+
+
+def test_a_full_stage_slurm_cancelled_for_a_failed_smoke_task_reruns_once_smoke_is_done(
+    campaign: Campaign,
+) -> None:
+    smoke = campaign.smoke_long()
+    done = campaign.haico("submit", "demo", "--stage", "full", "--stratum", "long", "--tasks", "2")
+    assert done.returncode == 0, done.stderr
+    [full] = campaign.slurm.named(".full.")
+    # Task 0 of the smoke job is done already: the full stage waits for task 1 alone.
+    assert f"--dependency=afterok:{smoke}_1" in campaign.slurm.jobs()[full]["argv"]
+    # The smoke task runs out of walltime; afterok can no longer hold: Slurm cancels the
+    # full stage before it starts (no log).
+    campaign.slurm.end(smoke, 1, "TIMEOUT")
+    campaign.slurm.end(full, 0, "CANCELLED")
+    campaign.slurm.end(full, 1, "CANCELLED")
+    first = campaign.haico("continue", "demo")
+    assert first.returncode == 0, first.stdout + first.stderr
+    matches(
+        first.stdout,
+        [
+            "*smoke demo.long task 1 *: rerun (round 2): out of walltime",
+            f"*full demo.long task 0 (job {full}_0): CANCELLED 0:0, *: Slurm cancelled it before "
+            "it started, as a job it waited for failed; it runs again once the 1 owing smoke "
+            "share(s) are done",
+        ],
+    )
+    assert len(campaign.slurm.named(".continue-1.")) == 1  # the smoke share alone
+
+    campaign.finish(".continue-1.demo.long", 1)
+    second = campaign.haico("continue", "demo")
+    assert second.returncode == 0, second.stdout + second.stderr
+    matches(
+        second.stdout,
+        [
+            f"*full demo.long task 0 (job {full}_0): CANCELLED 0:0, *: rerun (round 2): Slurm "
+            "cancelled it before it started, as a job it waited for failed (the smoke shares "
+            "are done now)",
+        ],
+    )
+    [rerun] = campaign.slurm.named(".continue-2.")
+    argv = campaign.slurm.jobs()[rerun]["argv"]
+    assert "--array=0-1" in argv and not any(a.startswith("--dependency") for a in argv)

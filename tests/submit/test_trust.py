@@ -24,9 +24,7 @@ def _refused(done: subprocess.CompletedProcess[str], *needles: str) -> None:
 @pytest.fixture
 def timed_out(campaign: Campaign) -> Campaign:
     """A smoke stage whose task 1 ran out of walltime: `continue` would rerun it."""
-    assert campaign.haico("submit", "demo", "--stage", "smoke", "--stratum", "long").returncode == 0
-    campaign.finish(".smoke.demo.long", 0)
-    campaign.slurm.end(str(campaign.job(".smoke.demo.long").job_id), 1, "TIMEOUT")
+    campaign.slurm.end(campaign.smoke_long(), 1, "TIMEOUT")
     return campaign
 
 
