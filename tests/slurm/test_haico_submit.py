@@ -1,7 +1,8 @@
 """`haico submit` and `haico continue` against real Slurm daemons: stages and their
 dependency, shards covering every item once, the journal surviving a kill of haico between
 SUBMITTING and SUBMITTED, the allow-listed environment seen inside a job, the digest gate,
-and a continuation of the one shard that was cut short."""
+`haico continue --until-done` rerunning the one shard that was cut short to the end, and a
+user's scancel held until --include-cancelled."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ class Project:
     def campaign_dir(self) -> Path:
         return self.results / "demo"
 
-    def haico(self, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    def haico(
+        self, *args: str, path: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         """`python -m pytest_haico ...` from the project, as a user's shell runs it: with
         tokens and an salloc shell's Slurm variables that must not reach the jobs."""
         env = {
@@ -64,7 +67,7 @@ class Project:
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
 
     def journal(self) -> list[dict[str, Any]]:
@@ -331,7 +334,7 @@ def _terminal_once(project: Project, count: int) -> None:
     assert len(terminal) == count and set(terminal.values()) == {1}, "an item ran twice or never"
 
 
-def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new_tasks(
+def test_until_done_after_a_shard_hit_its_walltime_runs_only_what_it_owes_to_the_end(
     project: Project,
 ) -> None:
     # Eight items of three turns at 5 s a completion, one conversation at a time: after a
@@ -379,8 +382,24 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
     assert f"--array={busy} \\\n" in dry.stdout and "HAICO_SHARD_COUNT=2" in dry.stdout
     assert not list(project.campaign_dir.glob("submissions/*/continue-1"))
 
-    cont = project.haico("continue", "demo", "--tasks", "2", "--time", "20")
-    assert cont.returncode == 0, cont.stderr
+    # Rounds a minute apart: the rerun, then its tasks seen running or done, then done.
+    loop = project.haico(
+        "continue",
+        "demo",
+        "--until-done",
+        "--every",
+        "1",
+        "--tasks",
+        "2",
+        "--time",
+        "20",
+        timeout=600,
+    )
+    assert loop.returncode == 0, loop.stdout + loop.stderr
+    assert re.search(
+        r"haico: until-done: submission \S+ finished in \d+ round\(s\)\n\Z", loop.stdout
+    )
+    assert "haico: nothing to continue: every share of submission" in loop.stdout
     [cont_id] = project.job_ids("continue-1")
     assert set(project.cluster.wait_ended(cont_id).values()) == {"COMPLETED"}
     [items_file] = project.campaign_dir.glob("submissions/*/continue-1/demo.work.items")
@@ -396,10 +415,6 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
         if r["slurm"]["array_job_id"] == cont_id and r["verdict"] in TERMINAL
     }
     assert rerun == terminal - done_before
-
-    again = project.haico("continue", "demo")
-    assert again.returncode == 0, again.stderr
-    assert "haico: nothing to continue: every share of submission" in again.stdout
 
 
 def test_a_users_scancel_is_not_rerun_until_asked_and_then_only_what_it_owes(
