@@ -1,14 +1,20 @@
 """`haico continue --until-done`: rounds until the submission is finished or a share needs a
 person, backing off while nothing changes, each with the reason it waits (in-process, its
-sleep the test's, against the stand-in Slurm)."""
+sleep the test's, against the stand-in Slurm); the shipped batch script that runs it as a
+job."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from pytest_haico.submit.jobs import Request
 from pytest_haico.submit.until_done import FINISHED, STOPPED, until_done
-from tests.submit.campaign import Campaign, matches
+from tests.submit.campaign import REPO, Campaign, matches
 
 
 @pytest.fixture
@@ -74,3 +80,32 @@ def test_it_reruns_what_the_infrastructure_cut_short_and_stops_1_at_a_terminal_s
             "(exit 4): read its log *",
         ],
     )
+
+
+def test_the_shipped_batch_script_hands_its_arguments_to_the_loop_and_ends_as_it_does(
+    campaign: Campaign,
+) -> None:
+    campaign.smoke_long()
+    campaign.finish(".smoke.demo.long", 1)
+    bash = shutil.which("bash")
+    assert bash is not None
+
+    def batch(*args: str) -> subprocess.CompletedProcess[str]:
+        """sbatch/continue.sbatch as Slurm runs it: from the project directory."""
+        return subprocess.run(
+            [bash, str(REPO / "sbatch" / "continue.sbatch"), *args],
+            cwd=campaign.project,
+            env={**os.environ, "PATH": campaign.slurm.path, "HAICO_PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=120,  # a hang detector, not a bound on the time it takes
+        )
+
+    finished = batch("demo", "--every", "1")
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    matches(
+        finished.stdout,
+        ["haico: round 1 at *", "haico: until-done: submission * finished in 1 round(s)"],
+    )
+    usage = batch("demo", "--every", "0")
+    assert usage.returncode == 2 and "--every" in usage.stderr, usage.stderr
