@@ -2,7 +2,7 @@
 
     haico cost <results>/<campaign> [--concurrency N] [--margin 1.5]
     haico submit <campaign> --stage smoke|full [--arm A] [--time T] [--tasks N] [--dry-run]
-    haico continue <campaign> [--tasks M] [--dry-run]
+    haico continue <campaign> [--tasks M] [--include-cancelled] [--until-done] [--dry-run]
     haico report <results>/<campaign> [--html out.html]
     haico compare <A> <B> [--exit-on-regression]
     haico init <dir>

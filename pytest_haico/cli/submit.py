@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_haico.cli import arguments
+from pytest_haico.submit.decisions import DEFAULT_MAX_ROUNDS
+from pytest_haico.submit.until_done import DEFAULT_EVERY_MIN, MAX_BACKOFF, MIN_EVERY_MIN
 
 if TYPE_CHECKING:
     from pytest_haico.submit.jobs import Request
@@ -41,6 +43,32 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     cont.add_argument("campaign", help="campaign name (under the results root) or directory")
     cont.add_argument("--submission", help="this submission instead of the newest")
+    cont.add_argument(
+        "--include-cancelled",
+        action="store_true",
+        help="rerun the shares whose jobs were cancelled (scancel) too",
+    )
+    cont.add_argument(
+        "--max-rounds",
+        type=arguments.positive_int,
+        default=DEFAULT_MAX_ROUNDS,
+        help="stop a share after this many attempts in a row that recorded no item "
+        f"(default {DEFAULT_MAX_ROUNDS})",
+    )
+    cont.add_argument(
+        "--until-done",
+        action="store_true",
+        help="continue every --every minutes until every share is done (exit 0) or one "
+        "needs you (exit 1)",
+    )
+    cont.add_argument(
+        "--every",
+        type=_every,
+        default=DEFAULT_EVERY_MIN,
+        metavar="MINUTES",
+        help=f"--until-done: minutes between rounds, at least {MIN_EVERY_MIN:g}, doubled up to "
+        f"{MAX_BACKOFF}x while nothing changes (default {DEFAULT_EVERY_MIN:g})",
+    )
     _add_job_options(cont)
     arguments.add_project_options(cont)
     cont.set_defaults(run=run_continue)
@@ -111,8 +139,29 @@ def run_continue(args: argparse.Namespace) -> int:
         submission = found
     else:
         submission = newest_submission(campaign_dir)
-    print(f"haico: submission {submission.name} ({submission.digest})")
+    print(f"haico: submission {submission.name} ({submission.digest})", flush=True)
+    if getattr(args, "until_done", False):
+        from pytest_haico.submit.until_done import until_done
+
+        return until_done(submission, _request(args), every_min=args.every, say=_say)
     return continue_(submission, _request(args), say=print)
+
+
+def _say(line: str) -> None:
+    """A line of a long-running command, out at once (its log may be a file)."""
+    print(line, flush=True)
+
+
+def _every(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not MIN_EVERY_MIN <= value <= 24 * 60:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of minutes from {MIN_EVERY_MIN:g} to 1440"
+        )
+    return value
 
 
 def _request(args: argparse.Namespace) -> Request:
@@ -127,4 +176,6 @@ def _request(args: argparse.Namespace) -> Request:
         margin=args.margin,
         force=tuple(args.force),
         dry_run=args.dry_run,
+        include_cancelled=getattr(args, "include_cancelled", False),
+        max_rounds=getattr(args, "max_rounds", DEFAULT_MAX_ROUNDS),
     )

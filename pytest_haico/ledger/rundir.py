@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -118,3 +119,26 @@ def remove_run_dir(target: Path) -> None:
         # A read-only file system keeps the empty directory; it has no claim.json.
         with contextlib.suppress(OSError):
             remove()
+
+
+# A run_id: the job part (`<array job>_<task>` or `<job>`, `r<restarts>` after a requeue),
+# then the claim's number.
+_RUN_ID = re.compile(r"(\d+(?:_\d+)?)(?:r(\d+))?\.(\d+)")
+
+
+def job_key_of(run_id: str) -> str | None:
+    """The Slurm job a run_id belongs to across requeues (``13_1`` for ``13_1r2.1``); None
+    for a run outside Slurm."""
+    match = _RUN_ID.fullmatch(run_id)
+    return match[1] if match else None
+
+
+def runs_of(paths: ArmPaths, key: str) -> list[Path]:
+    """The run directories of Slurm job `key` (``13_1``: every requeue, every claim), the
+    newest last."""
+    found = []
+    for path in paths.runs_dir.glob(f"{key}*"):
+        match = _RUN_ID.fullmatch(path.name)
+        if match and match[1] == key:
+            found.append((int(match[2] or 0), int(match[3]), path))
+    return [path for _, _, path in sorted(found)]

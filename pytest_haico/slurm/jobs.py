@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pytest_haico.slurm import client
@@ -46,11 +47,23 @@ def sbatch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None) -> 
     return job_id
 
 
-def find_job(name: str, *, since: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The id of this user's job named `name`, submitted at `since` (UTC ISO) or later: from
-    the queue, else accounting, else the job completion log; None when none knows it."""
+@dataclass(frozen=True)
+class NameLookup:
+    """What Slurm knows of a job name: the job's id (None: no trace) and whether a source
+    that remembers finished jobs answered (accounting or the job completion log), without
+    which "no trace" only means "not in the queue"."""
+
+    job_id: str | None
+    history: bool
+
+
+def find_job(name: str, *, since: str, environ: Mapping[str, str] | None = None) -> NameLookup:
+    """This user's job named `name`, submitted at `since` (UTC ISO) or later: from the
+    queue, else accounting, else the job completion log. Several jobs of that name are a
+    `SlurmError` saying what to do."""
     queued = client.run(["squeue", "--me", "--name", name, "-h", "-o", "%F"], environ=environ)
     ids = parse_squeue_job_ids(queued.checked().stdout)
+    history = True
     if not ids:
         # Relative to now: an absolute -S would be read in sacct's time zone. A minute more
         # allows for clock skew between this host and the controller.
@@ -74,25 +87,32 @@ def find_job(name: str, *, since: str, environ: Mapping[str, str] | None = None)
         if accounted.ok:
             ids = parse_sacct_job_ids(accounted.stdout)
         else:
-            ids = {job.base_id for job in _completion_log(environ) if job.name == name}
+            logged = _completion_log(environ)
+            history = logged is not None
+            ids = {job.base_id for job in logged or () if job.name == name}
     if len(ids) > 1:
         raise SlurmError(
             f"{len(ids)} jobs are named {name} ({', '.join(sorted(ids))}): cancel the "
             "duplicates you do not want (scancel), then run haico again"
         )
-    return ids.pop() if ids else None
+    return NameLookup(ids.pop() if ids else None, history)
 
 
 def task_states(job_id: str, *, environ: Mapping[str, str] | None = None) -> dict[int, TaskState]:
     """Where each task of array `job_id` stands: from the controller while it keeps the
     job, else accounting, else the job completion log (whose exit code is 0:0 for TIMEOUT
-    and CANCELLED). Tasks no source knows are missing."""
+    and CANCELLED). Tasks no source knows are missing; a controller that answers with an
+    error other than "Invalid job id" is a `CommandFailed`."""
     states: dict[int, TaskState] = {}
     shown = client.run(["scontrol", "-o", "show", "job", job_id], environ=environ)
     if shown.ok:
         for job in parse_job_records(shown.stdout):
             if job.base_id == job_id:
                 states.update(dict.fromkeys(job.tasks, job.task_state))
+    elif "Invalid job id" not in shown.stderr:
+        # Not "forgotten" (MinJobAge) but a controller that did not answer: what the other
+        # sources lack would read as "unknown to Slurm".
+        shown.checked()
     accounted = client.run(
         ["sacct", "-X", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"],
         environ=environ,
@@ -102,7 +122,7 @@ def task_states(job_id: str, *, environ: Mapping[str, str] | None = None) -> dic
     else:
         known = {
             task: job.task_state
-            for job in _completion_log(environ)
+            for job in _completion_log(environ) or ()
             if job.array_job_id == job_id and job.array_tasks is not None
             for task in job.array_tasks
         }
@@ -155,14 +175,14 @@ def job_has_ended(job_id: str, *, environ: Mapping[str, str] | None = None) -> b
     return record is not None and record.state not in HOLDING_STATES
 
 
-def _completion_log(environ: Mapping[str, str] | None) -> list[JobRecord]:
-    """The records of the job completion log (jobcomp/filetxt); none when the site keeps
+def _completion_log(environ: Mapping[str, str] | None) -> list[JobRecord] | None:
+    """The records of the job completion log (jobcomp/filetxt); None when the site keeps
     none or this user cannot read it."""
     config = parse_config(client.run(["scontrol", "show", "config"], environ=environ).stdout)
     if config.get("JobCompType") != "jobcomp/filetxt" or not config.get("JobCompLoc"):
-        return []
+        return None
     try:
         with open(config["JobCompLoc"], encoding="utf-8", errors="replace") as log:
             return parse_job_records(log.read())
     except OSError:
-        return []
+        return None

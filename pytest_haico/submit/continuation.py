@@ -1,7 +1,7 @@
-"""`haico continue`: run again what a submission's jobs left unfinished — the array tasks
-that exited 75, timed out, were preempted or lost their node, and nothing that finished —
-either as the same shards or, with --tasks M, as the items they still owe split over M
-new tasks (an items file in the submission, one test id per line)."""
+"""`haico continue`: one line per share of the newest submission (how its newest attempt
+ended, what the ledgers say it owes, and the decision table's verdict), then a rerun of the
+shares the table reruns — as the same shards, or with --tasks M as their owed items split
+over M new tasks (an items file in the submission, one test id per line)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
-from pytest_haico.config.item_list import parse_item_list
-from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
-from pytest_haico.config.settings import Profile, Shard
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
-from pytest_haico.ledger.format import iter_ledger_dir
-from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
-from pytest_haico.submit.inputs import Submission
+from pytest_haico.submit.decisions import Action, Decision, Rules, decide
+from pytest_haico.submit.inputs import Submission, submissions_dir
 from pytest_haico.submit.jobs import (
-    CONTINUABLE,
     Request,
     Say,
     SubmitError,
@@ -33,64 +28,151 @@ from pytest_haico.submit.jobs import (
     partition_caps,
     plan_items_file,
     pytest_args,
-    reconcile,
-    refresh_ends,
-    run_jobs,
-    show,
 )
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob
+from pytest_haico.submit.lock import holding, lock_path
+from pytest_haico.submit.reconcile import Reconciler, refresh_ends
+from pytest_haico.submit.shares import Share, survey
+from pytest_haico.submit.submitting import run_jobs, show
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one `haico continue` found and did."""
+
+    decided: tuple[tuple[Share, Decision], ...]
+    resubmitted: int
+
+    def with_action(self, *actions: Action) -> list[tuple[Share, Decision]]:
+        return [(share, decision) for share, decision in self.decided if decision.action in actions]
+
+    @property
+    def finished(self) -> bool:
+        return all(decision.action is Action.DONE for _, decision in self.decided)
+
+    @property
+    def needs_a_person(self) -> list[tuple[Share, Decision]]:
+        return [(s, d) for s, d in self.decided if d.action.needs_a_person]
 
 
 def continue_(submission: Submission, request: Request, *, say: Say) -> int:
-    """Resubmit what the submission's jobs left unfinished; 0 when nothing is owed or every
-    continuation is in Slurm."""
+    """One round: 0 when nothing needs a person (every share done, in Slurm, or rerun), 1
+    when a share does (its line says why)."""
+    return 1 if continue_round(submission, request, say=say).needs_a_person else 0
+
+
+def continue_round(submission: Submission, request: Request, *, say: Say) -> Round:
+    """Decide every share and resubmit those the table reruns (none in a dry run), holding
+    the submission's lock unless it is a dry run."""
+    if request.dry_run:
+        return _round(submission, request, say=say)
+    path = lock_path(submissions_dir(submission.campaign_dir), submission.name)
+    with holding(path, command="continue", say=say):
+        return _round(submission, request, say=say)
+
+
+def _round(submission: Submission, request: Request, *, say: Say) -> Round:
     journal = Journal(submission.journal)
     jobs = journal.read(warn=say)
     if not jobs:
-        raise SubmitError(f"{submission.journal} names no job: nothing to continue")
-    reconcile(jobs, journal, request, say=say)
+        raise SubmitError(
+            f"{submission.journal} names no job: nothing to continue (if the journal was lost, "
+            f"`haico submit {submission.campaign_dir} --stage smoke`, then full, find their jobs "
+            "in Slurm by name and record them again)"
+        )
+    reconciler = Reconciler(submission, journal, request, say=say)
+    reconciler.settle(jobs)
     refresh_ends(jobs, journal)
-    owed = _owed(jobs, say)
-    if not owed:
-        say("haico: nothing to continue: no job of this submission is owed a rerun")
-        return 0
     experiments = load_experiments(submission.experiments)
+    rules = Rules(include_cancelled=request.include_cancelled, max_rounds=request.max_rounds)
+    decided = tuple(
+        (share, decide(share.evidence, rules))
+        for share in survey(submission, experiments, jobs, say=say)
+    )
+    for share, decision in decided:
+        verdict = _verdict(share, decision)
+        say(f"haico: {share.label}: {_end_text(share)}, {share.owed_text}: {verdict}")
+    rerun = [share for share, decision in decided if decision.action is Action.RERUN]
+    plans = _plans(submission, experiments, jobs, rerun, request, say=say) if rerun else []
+    result = Round(decided=decided, resubmitted=len(plans))
+    if result.finished:
+        # A smoke share's items are among the full stage's too: each is counted once.
+        items = len({(spec.arm.name, spec.item_id) for share, _ in decided for spec in share.items})
+        say(
+            f"haico: nothing to continue: every share of submission {submission.name} is "
+            f"done ({items} items)"
+        )
+    elif not plans:
+        say(f"haico: nothing to resubmit: {_summary(result)}")
+    if request.dry_run:
+        show(plans, jobs, submission, experiments, say)
+    elif plans:
+        run_jobs(submission, experiments, jobs, plans, reconciler, say=say)
+    return result
+
+
+def _end_text(share: Share) -> str:
+    end = share.evidence.end
+    return "unknown to Slurm" if end is None else end.text
+
+
+def _verdict(share: Share, decision: Decision) -> str:
+    if decision.action is Action.DONE:
+        return "done"
+    if decision.action is Action.RERUN:
+        return f"rerun (round {share.round + 1}): {decision.reason}"
+    if decision.action is Action.WAIT:
+        return decision.reason
+    if decision.action is Action.HOLD:
+        return decision.reason
+    return f"terminal: {decision.reason}"
+
+
+def _summary(result: Round) -> str:
+    """What the shares that are not done are doing."""
+    waiting = len(result.with_action(Action.WAIT))
+    people = len(result.needs_a_person)
+    parts = []
+    if waiting:
+        parts.append(f"{waiting} share(s) pending or running")
+    if people:
+        parts.append(f"{people} share(s) need you (above)")
+    return ", ".join(parts) or "no share needs a rerun"
+
+
+def _plans(
+    submission: Submission,
+    experiments: Experiments,
+    jobs: Mapping[str, JournaledJob],
+    rerun: Sequence[Share],
+    request: Request,
+    *,
+    say: Say,
+) -> list[PlannedJob]:
+    """The continuation jobs of the shares to rerun, one stage `continue-<n>` per round."""
     rounds = {j.plan.stage for j in jobs.values() if j.plan.stage.startswith("continue-")}
     stage = f"continue-{len(rounds) + 1}"
     measured = measured_costs(submission.campaign_dir, say)
     partitions = partition_caps(say)
+    by_stratum: dict[tuple[str, str], dict[str, list[Share]]] = {}
+    for share in rerun:
+        plan = share.job.plan
+        by_stratum.setdefault((plan.arm, plan.stratum), {}).setdefault(plan.name, []).append(share)
     plans: list[PlannedJob] = []
-    for (arm_name, stratum), shares in owed.items():
+    for (arm_name, stratum), by_job in by_stratum.items():
         arm = experiments.arms[arm_name]
         name = job_name(submission, stage, arm_name, stratum)
-        continues = {job.plan.name: tuple(tasks) for job, tasks in shares}
         if request.tasks is None:
-            # One continuation per earlier job (their shard counts may differ).
-            for job, tasks in shares:
-                time, why = _continue_time(job, arm, measured, partitions, request, tasks=None)
-                suffix = "" if len(shares) == 1 else f"-{job.plan.stage}"
-                plans.append(
-                    replace(
-                        job.plan,
-                        name=name + suffix,
-                        stage=stage,
-                        tasks=tuple(tasks),
-                        time_limit=time,
-                        depends_on=(),
-                        continues={job.plan.name: tuple(tasks)},
-                        why=why,
-                        argv=(),
-                    )
-                )
+            plans += _same_shards(
+                name, stage, by_job, submission, arm, measured, partitions, request
+            )
             continue
-        items = _owed_items(submission, experiments, arm, stratum, shares)
-        if not items:
-            say(f"haico: arm {arm_name}, stratum {stratum}: the owed shards have nothing left")
-            continue
+        shares = [share for group in by_job.values() for share in group]
+        items = list(dict.fromkeys(spec.test_id for share in shares for spec in share.owed))
         task_count = min(request.tasks, len(items))
         items_file = submission.dir / stage / f"{arm_name}.{stratum}.items"
         time, why = _continue_time(
-            shares[0][0],
+            shares[0].job,
             arm,
             measured,
             partitions,
@@ -107,101 +189,56 @@ def continue_(submission: Submission, request: Request, *, say: Say) -> int:
                 shard_count=task_count,
                 time_limit=time,
                 pytest_args=pytest_args(submission, arm_name, stratum, items=items_file),
-                continues=continues,
+                continues={job: tuple(s.task for s in group) for job, group in by_job.items()},
                 why=f"{why}; {len(items)} owed items over {task_count} tasks",
             )
         )
         if not request.dry_run:
             _write_items(items_file, items, task_count)
-    if not plans:
-        say("haico: nothing to continue")
-        return 0
-    if request.dry_run:
-        show(plans, jobs, submission, experiments, say)
-        return 0
-    return run_jobs(submission, experiments, journal, plans, request, say=say, reconciled=True)
+    return plans
 
 
-def _owed(
-    jobs: Mapping[str, JournaledJob], say: Say
-) -> dict[tuple[str, str], list[tuple[JournaledJob, list[int]]]]:
-    """Per arm × stratum, the tasks of earlier jobs that ended continuable and that no later
-    job continues yet."""
-    continued: set[tuple[str, int]] = set()
-    for job in jobs.values():
-        if job.job_id is None:
-            continue  # prepared, never submitted: it continues nothing yet
-        for name, tasks in job.plan.continues.items():
-            continued.update((name, task) for task in tasks)
-    owed: dict[tuple[str, str], list[tuple[JournaledJob, list[int]]]] = {}
-    for job in jobs.values():
-        if job.job_id is None:
-            say(f"haico: {job.plan.name}: never submitted")
-            continue
-        ends = job.ended or {}
-        open_tasks = []
-        shown = []
-        for task in job.plan.tasks:
-            end = ends.get(task) or "unknown to Slurm"
-            if not end.startswith(CONTINUABLE):  # running, or ended otherwise
-                shown.append(f"task {task} {end}")
-            elif (job.plan.name, task) in continued:
-                shown.append(f"task {task} {end} (continued)")
-            else:
-                shown.append(f"task {task} {end} (owed)")
-                open_tasks.append(task)
-        say(f"haico: {job.plan.name} (job {job.job_id}): {', '.join(shown)}")
-        if open_tasks:
-            owed.setdefault((job.plan.arm, job.plan.stratum), []).append((job, open_tasks))
-    return owed
-
-
-def _owed_items(
+def _same_shards(
+    name: str,
+    stage: str,
+    by_job: Mapping[str, Sequence[Share]],
     submission: Submission,
-    experiments: Experiments,
     arm: Arm,
-    stratum: str,
-    shares: Sequence[tuple[JournaledJob, Sequence[int]]],
-) -> list[str]:
-    """The test ids of the items the shares still owe: in their shard, not yet done."""
-    specs = _item_specs(submission, experiments)
-    ours = [s for s in specs if s.arm.name == arm.name and s.stratum == stratum]
-    index = ResumeIndex()
-    ledger_dir = submission.campaign_dir / arm.name / "ledger"
-    index.add_all(
-        iter_ledger_dir(ledger_dir, warn=lambda _: None, resume_fields=True), warn=lambda _: None
-    )
-    owed: dict[str, None] = {}
-    for job, tasks in shares:
-        plan = job.plan
-        for task in tasks:
-            for spec in _items_of_task(plan, task, ours):
-                prior = index.get(spec.item_id)
-                if not (prior is not None and prior.done):
-                    owed[spec.test_id] = None
-    return list(owed)
-
-
-def _items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[ItemSpec]:
-    """The items of `specs` (one arm × stratum) that task `task` of a job runs, selected
-    as the plugin selects them: by position in an items file, else by the item_id's shard
-    and then the per-stratum limit."""
-    shard = Shard(task, plan.shard_count)
-    listed = plan_items_file(plan)
-    if listed is not None:
-        items = parse_item_list(listed)
-        by_id = {s.test_id: s for s in specs}
-        return [
-            by_id[test_id]
-            for position, test_id in enumerate(items.test_ids)
-            if items.in_shard(position, shard) and test_id in by_id
-        ]
-    in_task = [s for s in specs if in_shard(s.item_id, shard)]
-    limit = limit_of(plan)
-    if limit is None:
-        return in_task
-    chosen = first_per_stratum(in_task, limit)
-    return [s for s in in_task if s.ordinal in chosen]
+    measured: Mapping[tuple[str, str], StratumCost],
+    partitions: list[Partition] | None,
+    request: Request,
+) -> list[PlannedJob]:
+    """One continuation per earlier job (their shard counts may differ), each running the
+    same shards again. Its pytest arguments are made anew from the frozen inputs, never
+    copied from the journal."""
+    plans = []
+    for number, (job_name_, shares) in enumerate(by_job.items(), start=1):
+        job = shares[0].job
+        tasks = tuple(share.task for share in shares)
+        time, why = _continue_time(job, arm, measured, partitions, request, tasks=None)
+        suffix = "" if len(by_job) == 1 else f"-{number}"
+        args = pytest_args(
+            submission,
+            job.plan.arm,
+            job.plan.stratum,
+            limit=limit_of(job.plan),
+            items=plan_items_file(job.plan),
+        )
+        plans.append(
+            replace(
+                job.plan,
+                name=name + suffix,
+                stage=stage,
+                tasks=tasks,
+                time_limit=time,
+                pytest_args=args,
+                depends_on=(),
+                continues={job_name_: tasks},
+                why=why,
+                argv=(),
+            )
+        )
+    return plans
 
 
 def _continue_time(
@@ -226,26 +263,6 @@ def _continue_time(
         )
         return plan.time_limit, f"haico cost: {found.n} items measured"
     return job.plan.time_limit, f"as job {job.plan.name}"
-
-
-@dataclass(frozen=True)
-class _Identity:
-    profile: Profile
-    model_endpoint: str | None = None
-    backend_image: str | None = None
-    backend_cmd: str | None = None
-
-
-def _item_specs(submission: Submission, experiments: Experiments) -> list[ItemSpec]:
-    """The submission's items with the ids its jobs give them (no endpoint, image or
-    command overrides: haico submit passes none)."""
-    site = submission.site()
-    return build_item_specs(
-        experiments,
-        _Identity(Profile(submission.profile)),
-        site_image=site.get("BACKEND_IMAGE") if site else None,
-        backend_tree=None,
-    )
 
 
 def _write_items(path: Path, items: Sequence[str], tasks: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,8 @@ from typing import Any
 
 from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.frozen import inputs_digest
-from pytest_haico.errors import HaicoError
-from pytest_haico.files import make_dirs, write_atomic
+from pytest_haico.errors import HaicoError, UntrustedFileError
+from pytest_haico.files import make_dirs, ownership_problem, read_owned_file, write_atomic
 
 SUBMISSIONS_DIR = "submissions"
 MANIFEST_FILE = "submission.json"
@@ -104,7 +105,7 @@ class Submission:
 
     @property
     def dir(self) -> Path:
-        return self.campaign_dir / SUBMISSIONS_DIR / self.name
+        return submissions_dir(self.campaign_dir) / self.name
 
     @property
     def digest(self) -> str:
@@ -154,6 +155,11 @@ class Submission:
     def site(self) -> ClusterEnv | None:
         path = self.cluster_env
         return load_cluster_env(path) if path is not None else None
+
+
+def submissions_dir(campaign_dir: Path) -> Path:
+    """Where a campaign's submissions are."""
+    return campaign_dir / SUBMISSIONS_DIR
 
 
 def submission_name(digest: str) -> str:
@@ -224,7 +230,6 @@ def freeze(submission: Submission, sources: Sources, *, created: str) -> Submiss
                 ini.write_text("[pytest]\n# Written by haico submit: the jobs' rootdir.\n")
             if sources.conftest is not None:
                 shutil.copyfile(sources.conftest, staging / "conftest.py")
-            (staging / "logs").mkdir(mode=0o750)
             manifest = {**submission.manifest, "created": created}
             frozen = Submission(submission.campaign_dir, submission.name, manifest)
             copied = inputs_digest(
@@ -236,7 +241,8 @@ def freeze(submission: Submission, sources: Sources, *, created: str) -> Submiss
                     f"the copy of {sources.experiments} has digest {copied}, the sources "
                     f"{submission.digest}: they changed while they were copied; submit again"
                 )
-            _read_only(staging / "experiments")
+            _read_only(staging)
+            (staging / "logs").mkdir(mode=0o750)
             write_atomic(
                 staging / MANIFEST_FILE, json.dumps(manifest, indent=2).encode() + b"\n", mode=0o440
             )
@@ -252,21 +258,61 @@ def freeze(submission: Submission, sources: Sources, *, created: str) -> Submiss
 
 
 def _read_only(root: Path) -> None:
+    """Files read-only, directories writable by this user alone (copies keep the sources'
+    modes, which a umask of 002 makes group-writable)."""
     for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            path.chmod(path.stat().st_mode & ~0o222)
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(0o222 if path.is_file() else 0o022))
+
+
+def check_trusted(directory: Path) -> None:
+    """Every file and directory of a submission is this user's, writable by it alone, and a
+    regular file or a directory (not a symlink, FIFO or device), else an `InputsError`
+    naming the first that is not: the jobs run what it holds under this user's name. The
+    jobs' logs are not looked into (Slurm writes them; nothing reads them as input). Only
+    `lstat` is used, so a FIFO is refused without waiting for a writer."""
+    todo = [directory]
+    while todo:
+        current = todo.pop()
+        try:
+            info = os.lstat(current)
+        except OSError as exc:
+            raise InputsError(f"cannot read {current}: {exc.strerror or exc}") from exc
+        problem = ownership_problem(info)
+        if problem is None and not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            problem = "is not a regular file"
+        if problem is not None:
+            raise InputsError(untrusted(current, problem))
+        if stat.S_ISDIR(info.st_mode) and current != directory / "logs":
+            todo += sorted(current.iterdir(), reverse=True)
+
+
+def untrusted(path: Path, problem: str) -> str:
+    """The one line that refuses a submission's file another user could have planted."""
+    return (
+        f"{path} {problem}: haico trusts a submission's files only when they are yours and "
+        "writable by you alone; move the submission aside (`haico submit` freezes the inputs "
+        "anew and finds its jobs in Slurm by name)"
+    )
 
 
 def load_submission(campaign_dir: Path, name: str) -> Submission | None:
-    path = campaign_dir / SUBMISSIONS_DIR / name / MANIFEST_FILE
+    """The submission `name`, its files checked (`check_trusted`); None when it has none."""
+    directory = campaign_dir / SUBMISSIONS_DIR / name
+    path = directory / MANIFEST_FILE
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(read_owned_file(path))
     except FileNotFoundError:
         return None
+    except UntrustedFileError as exc:
+        raise InputsError(untrusted(exc.path, exc.problem)) from exc
     except (OSError, ValueError) as exc:
         raise InputsError(f"cannot read {path}: {exc}; move the submission aside") from exc
     if not isinstance(manifest, dict) or "digest" not in manifest:
         raise InputsError(f"{path} is no submission manifest; move the submission aside")
+    check_trusted(directory)
     return Submission(campaign_dir=campaign_dir, name=name, manifest=manifest)
 
 

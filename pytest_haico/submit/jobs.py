@@ -1,33 +1,28 @@
-"""The jobs of a submission: their sbatch command lines, submitting them through the
-journal, settling with Slurm what a crash left SUBMITTING, and reading how their tasks
-ended. Shared by `haico submit` and `haico continue`."""
+"""The jobs of a submission as planned: what the user asked, their names, sbatch command
+lines, pytest arguments, logs and walltimes. Shared by `haico submit` and `haico continue`."""
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_haico.config.experiment import Experiments, SlurmSection
+from pytest_haico.config.experiment import SlurmSection
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.errors import HaicoError
 from pytest_haico.report.item_costs import StratumCost, load_costs
-from pytest_haico.slurm.client import NotRun, SlurmError
-from pytest_haico.slurm.jobs import SubmissionRefused, find_job, sbatch, task_states
+from pytest_haico.slurm.client import SlurmError
 from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
     parse_time_limit,
     read_partitions,
 )
+from pytest_haico.submit.decisions import DEFAULT_MAX_ROUNDS
 from pytest_haico.submit.inputs import Submission
-from pytest_haico.submit.journal import JobState, Journal, JournaledJob, PlannedJob
+from pytest_haico.submit.journal import PlannedJob
 
 Say = Callable[[str], None]
-
-# How a job may end and be run again: drained (75), out of time, preempted, node lost.
-CONTINUABLE = ("FAILED 75:", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 
 
 class SubmitError(HaicoError):
@@ -46,71 +41,8 @@ class Request:
     margin: float = 1.5
     force: tuple[str, ...] = ()
     dry_run: bool = False
-
-
-def run_jobs(
-    submission: Submission,
-    experiments: Experiments,
-    journal: Journal,
-    plans: Sequence[PlannedJob],
-    request: Request,
-    *,
-    say: Say,
-    reconciled: bool = False,
-) -> int:
-    jobs = journal.read(warn=say)
-    if not reconciled:
-        reconcile(jobs, journal, request, say=say)
-        refresh_ends(jobs, journal)
-    for plan in plans:
-        known = jobs.get(plan.name)
-        if known is not None and known.state in (JobState.SUBMITTED, JobState.ENDED):
-            say(f"haico: {plan.name}: already submitted as job {known.job_id}")
-            continue
-        dependency = dependency_of(plan, jobs)
-        argv = sbatch_argv(submission, plan, dependency, experiments.arms[plan.arm].slurm)
-        plan = replace(plan, argv=tuple(argv))
-        journal.prepare(plan)
-        journal.submitting(plan.name)
-        try:
-            job_id = sbatch(argv)
-        except (SubmissionRefused, NotRun):
-            journal.prepare(plan)  # certainly not in Slurm: back to PREPARED
-            raise
-        journal.submitted(plan.name, job_id)
-        jobs = journal.read(warn=say)
-        array = array_spec(plan.tasks)
-        say(
-            f"haico: {plan.name}: job {job_id}, shards {array} of {plan.shard_count}, "
-            f"--time {plan.time_limit} ({plan.why})"
-            + (f", after {dependency}" if dependency else "")
-        )
-    say(f"haico: logs in {submission.logs}; journal {submission.journal}")
-    return 0
-
-
-def dependency_of(plan: PlannedJob, jobs: Mapping[str, JournaledJob]) -> str | None:
-    """``afterok:<ids>`` for the jobs `plan` waits for; those that already ended OK are left
-    out (Slurm forgets finished jobs after MinJobAge, and then refuses the dependency)."""
-    ids: list[str] = []
-    for name in plan.depends_on:
-        parent = jobs.get(name)
-        if parent is None or parent.job_id is None:
-            raise SubmitError(
-                f"{plan.name} must wait for {name}, which was never submitted: submit the "
-                "smoke stage first"
-            )
-        if parent.state is JobState.ENDED:
-            bad = {t: e for t, e in parent.ended.items() if not e.startswith("COMPLETED")}
-            if bad:
-                task, end = sorted(bad.items())[0]
-                raise SubmitError(
-                    f"smoke job {name} ({parent.job_id}) task {task} ended {end}: read its log "
-                    f"and the checklist before the full stage; continue it with `haico continue`"
-                )
-            continue
-        ids.append(parent.job_id)
-    return f"afterok:{':'.join(ids)}" if ids else None
+    include_cancelled: bool = False
+    max_rounds: int = DEFAULT_MAX_ROUNDS
 
 
 def sbatch_argv(
@@ -136,7 +68,7 @@ def sbatch_argv(
         f"--array={array_spec(plan.tasks)}",
         f"--time={plan.time_limit}",
         f"--chdir={submission.dir}",
-        f"--output={submission.logs}/{plan.stage}.{plan.arm}.{plan.stratum}-%A_%a.out",
+        f"--output={submission.logs / _log_name(plan, '%A', '%a')}",
         "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
     ]
     if arm_slurm is not None:
@@ -183,6 +115,15 @@ def pytest_args(
     return (*args, str(submission.experiments))
 
 
+def log_of(submission: Submission, plan: PlannedJob, job_id: str, task: int) -> Path:
+    """The log Slurm writes for task `task` of the job (it exists once the task started)."""
+    return submission.logs / _log_name(plan, job_id, str(task))
+
+
+def _log_name(plan: PlannedJob, job_id: str, task: str) -> str:
+    return f"{plan.stage}.{plan.arm}.{plan.stratum}-{job_id}_{task}.out"
+
+
 def plan_items_file(plan: PlannedJob) -> Path | None:
     args = list(plan.pytest_args)
     return Path(args[args.index("--haico-items") + 1]) if "--haico-items" in args else None
@@ -192,45 +133,6 @@ def limit_of(plan: PlannedJob) -> int | None:
     args = list(plan.pytest_args)
     flag = "--haico-limit-per-stratum"
     return int(args[args.index(flag) + 1]) if flag in args else None
-
-
-def reconcile(
-    jobs: dict[str, JournaledJob], journal: Journal, request: Request, *, say: Say
-) -> None:
-    """A job left SUBMITTING (a crash while sbatch ran) is looked up by its name: found, it
-    is recorded SUBMITTED; with no trace it blocks everything unless --force names it."""
-    blocked: list[str] = []
-    for job in jobs.values():
-        if job.state is not JobState.SUBMITTING:
-            continue
-        found = find_job(job.plan.name, since=job.since)
-        if found is not None:
-            journal.submitted(job.plan.name, found, how="reconciled by name")
-            job.state, job.job_id = JobState.SUBMITTED, found
-            say(f"haico: {job.plan.name}: found as job {found} (its submission was cut short)")
-        elif job.plan.name in request.force:
-            say(f"haico: {job.plan.name}: no trace in Slurm; resubmitting it (--force)")
-            job.state = JobState.PREPARED
-        else:
-            blocked.append(job.plan.name)
-    if blocked:
-        raise SubmitError(
-            f"{blocked[0]} was being submitted when haico stopped, and Slurm has no trace of "
-            "it (squeue, sacct, the job completion log): if `squeue --me` and `sacct -X "
-            "--name <it>` show no such job, rerun with --force "
-            f"{blocked[0]}; if it exists under another name, cancel it first"
-        )
-
-
-def refresh_ends(jobs: dict[str, JournaledJob], journal: Journal) -> None:
-    for job in jobs.values():
-        if job.state is not JobState.SUBMITTED or job.job_id is None:
-            continue
-        states = task_states(job.job_id)
-        job.ended = {task: state.text for task, state in states.items()}
-        if all(t in states and states[t].final for t in job.plan.tasks):
-            journal.ended(job.plan.name, job.ended)
-            job.state = JobState.ENDED
 
 
 def job_name(submission: Submission, stage: str, arm: str, stratum: str) -> str:
@@ -273,40 +175,3 @@ def array_spec(tasks: Iterable[int]) -> str:
         if task is not None:
             start = prev = task
     return ",".join(parts)
-
-
-def show(
-    plans: Sequence[PlannedJob],
-    jobs: Mapping[str, JournaledJob],
-    submission: Submission,
-    experiments: Experiments,
-    say: Say,
-) -> None:
-    for plan in plans:
-        known = jobs.get(plan.name)
-        if known is not None and known.job_id is not None:
-            say(f"# {plan.name}: already submitted as job {known.job_id}")
-            continue
-        dependency = None
-        if plan.depends_on:
-            try:
-                dependency = dependency_of(plan, jobs)
-            except SubmitError:
-                dependency = "afterok:" + ":".join(f"<job id of {n}>" for n in plan.depends_on)
-        elif plan.stage == "full":
-            dependency = f"afterok:<the smoke jobs of arm {plan.arm}>"
-        say(f"# {plan.name}: {plan.why}")
-        arm_slurm = experiments.arms[plan.arm].slurm
-        say(command_text(sbatch_argv(submission, plan, dependency, arm_slurm)))
-
-
-def command_text(argv: Sequence[str]) -> str:
-    """A command line a shell runs as is, one option (with its value) per line."""
-    lines: list[list[str]] = []
-    awaiting = False  # the previous word is an option whose value follows
-    for arg in argv:
-        if not lines or not awaiting:
-            lines.append([])
-        lines[-1].append(shlex.quote(arg))
-        awaiting = arg.startswith("--") and "=" not in arg and arg != "--parsable"
-    return " \\\n    ".join(" ".join(words) for words in lines)

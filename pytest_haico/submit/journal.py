@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.errors import HaicoError
-from pytest_haico.files import append_line
+from pytest_haico.errors import HaicoError, UntrustedFileError
+from pytest_haico.files import append_line, read_owned_file
 
 Warn = Callable[[str], None]
 
@@ -136,16 +136,24 @@ class Journal:
             ) from exc
 
     def read(self, *, warn: Warn) -> dict[str, JournaledJob]:
-        """Every job the journal names, in the order they were prepared.
+        """Every job the journal names, in the order they were prepared. A journal that is
+        not a regular file of this user's, writable by it alone, is a `JournalError`: its
+        plans are sbatch command lines.
 
         A last line without its newline is a write a kill cut short: skipped with a
         warning (its step is looked up again). Any other line that is not an entry is a
         `JournalError`: guessing past it could submit a job twice.
         """
         try:
-            raw = self.path.read_bytes()
+            raw = read_owned_file(self.path)
         except FileNotFoundError:
             return {}
+        except UntrustedFileError as exc:
+            raise JournalError(
+                f"the submission journal {exc} and is not read: haico trusts a journal only "
+                "when it is yours and writable by you alone; move the submission aside "
+                "(`haico submit` freezes the inputs anew and finds its jobs in Slurm by name)"
+            ) from None
         except OSError as exc:
             raise JournalError(
                 f"cannot read the submission journal {self.path}: {exc.strerror or exc}"

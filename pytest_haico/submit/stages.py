@@ -13,11 +13,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
-from pytest_haico.files import DEFAULT_FILE_MODE, write_atomic
+from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
-from pytest_haico.submit.inputs import Sources, Submission, freeze, planned_submission
+from pytest_haico.submit.inputs import (
+    InputsError,
+    Sources,
+    Submission,
+    freeze,
+    planned_submission,
+    submissions_dir,
+)
 from pytest_haico.submit.jobs import (
     Request,
     Say,
@@ -27,10 +34,11 @@ from pytest_haico.submit.jobs import (
     measured_costs,
     partition_caps,
     pytest_args,
-    run_jobs,
-    show,
 )
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob, now_iso
+from pytest_haico.submit.lock import holding, lock_path
+from pytest_haico.submit.reconcile import Reconciler, refresh_ends
+from pytest_haico.submit.submitting import run_jobs, show
 
 SMOKE_TASKS = 2
 
@@ -38,32 +46,65 @@ SMOKE_TASKS = 2
 def submit(
     campaign_dir: Path, sources: Sources, stage: str, request: Request, *, profile: str, say: Say
 ) -> int:
-    """Submit one stage of the campaign from `sources`; 0 when every job is in Slurm."""
-    submission = planned_submission(campaign_dir, sources, profile)
-    journal = Journal(submission.journal)
-    jobs = journal.read(warn=say) if submission.dir.is_dir() else {}
-    smoked = any(j.plan.stage == "smoke" for j in jobs.values())
-    if stage == "full" and not smoked and not request.dry_run:
-        raise SubmitError(
-            f"no smoke stage was submitted for these inputs ({submission.digest[:19]}): "
-            f"run `haico submit {campaign_dir} --stage smoke` first (if you edited "
-            "experiments/ since the smoke stage, that is a new submission)"
+    """Submit one stage of the campaign from `sources`; 0 when every job is in Slurm. All
+    but a dry run hold the submission's lock throughout."""
+    if request.dry_run:
+        return _dry_run(campaign_dir, sources, stage, request, profile=profile, say=say)
+    name = planned_submission(campaign_dir, sources, profile).name
+    try:
+        make_dirs(submissions_dir(campaign_dir), DEFAULT_FILE_MODE)
+    except OSError as exc:
+        raise InputsError(
+            f"cannot make {submissions_dir(campaign_dir)}: {exc.strerror or exc}"
+        ) from exc
+    with holding(
+        lock_path(submissions_dir(campaign_dir), name), command=f"submit --stage {stage}", say=say
+    ):
+        # Read again under the lock: another command may have frozen it meanwhile.
+        submission = planned_submission(campaign_dir, sources, profile)
+        existed = submission.dir.is_dir()
+        journal = Journal(submission.journal)
+        jobs = journal.read(warn=say) if existed else {}
+        _check_smoked(submission, stage, jobs)
+        experiments = load_experiments(sources.experiments)
+        plans = _plan_stage(submission, experiments, stage, request, jobs, say=say)
+        if not existed:
+            submission = freeze(submission, sources, created=now_iso())
+            say(f"haico: froze the inputs ({submission.digest}) in {submission.dir}")
+        if stage == "smoke" and not submission.checklist.exists():
+            _write_checklist(submission, plans)
+            say(f"haico: stage-2 checklist written to {submission.checklist}")
+        reconciler = Reconciler(
+            submission, journal, request, say=say, journal_lost=existed and not jobs
         )
+        reconciler.settle(jobs)
+        refresh_ends(jobs, journal)
+        run_jobs(submission, experiments, jobs, plans, reconciler, say=say)
+    return 0
+
+
+def _dry_run(
+    campaign_dir: Path, sources: Sources, stage: str, request: Request, *, profile: str, say: Say
+) -> int:
+    """The sbatch command lines the stage would run; nothing written, nothing locked."""
+    submission = planned_submission(campaign_dir, sources, profile)
+    jobs = Journal(submission.journal).read(warn=say) if submission.dir.is_dir() else {}
     experiments = load_experiments(sources.experiments)
     plans = _plan_stage(submission, experiments, stage, request, jobs, say=say)
-    if request.dry_run:
-        say(f"haico: dry run: submission {submission.name} ({submission.digest}) in {campaign_dir}")
-        if not submission.dir.is_dir():
-            say(f"haico: would copy {sources.experiments} to {submission.experiments}")
-        show(plans, jobs, submission, experiments, say)
-        return 0
+    say(f"haico: dry run: submission {submission.name} ({submission.digest}) in {campaign_dir}")
     if not submission.dir.is_dir():
-        submission = freeze(submission, sources, created=now_iso())
-        say(f"haico: froze the inputs ({submission.digest}) in {submission.dir}")
-    if stage == "smoke" and not submission.checklist.exists():
-        _write_checklist(submission, plans)
-        say(f"haico: stage-2 checklist written to {submission.checklist}")
-    return run_jobs(submission, experiments, journal, plans, request, say=say)
+        say(f"haico: would copy {sources.experiments} to {submission.experiments}")
+    show(plans, jobs, submission, experiments, say)
+    return 0
+
+
+def _check_smoked(submission: Submission, stage: str, jobs: Mapping[str, JournaledJob]) -> None:
+    if stage == "full" and not any(j.plan.stage == "smoke" for j in jobs.values()):
+        raise SubmitError(
+            f"no smoke stage was submitted for these inputs ({submission.digest[:19]}): "
+            f"run `haico submit {submission.campaign_dir} --stage smoke` first (if you edited "
+            "experiments/ since the smoke stage, that is a new submission)"
+        )
 
 
 def _plan_stage(
@@ -230,9 +271,10 @@ Smoke jobs: {", ".join(p.name for p in plans)}.
 
 Submit the full stage (`haico submit {campaign_dir} --stage full`) only when all hold:
 
-- [ ] Every smoke task ended COMPLETED 0:0 (`haico continue {campaign_dir} --dry-run` lists
-      any that did not; the full stage waits for them with afterok, and Slurm cancels it if
-      one fails).
+- [ ] Every smoke share is done: `haico continue {campaign_dir} --dry-run` ends its line
+      with `done` (a smoke task that timed out and was continued to COMPLETED counts). A full
+      stage submitted at once waits for the newest attempts (afterok); if Slurm cancelled it
+      because a smoke task failed, `haico continue` reruns it once the smoke shares are done.
 - [ ] Each smoke run's gates.json shows every gate passed
       ({campaign_dir}/<arm>/runs/*/gates.json; arms: {", ".join(arms)}).
 - [ ] No smoke item ended infra_error, rate_limited or gave_up: those are the stack's

