@@ -3,9 +3,13 @@ scontrol answering as Slurm's do), and what a campaign's stacks must leave behin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
+
+import pytest
+
+from tests.harness import CampaignProject
 
 # Writes the secrets and the service processes of every stack the session started to
 # $HAICO_TEST_STACKS (outside the results directory) when pytest ends: the secrets the test
@@ -85,3 +89,36 @@ def survivors(pids: Iterable[int], needle: str) -> list[str]:
         if int(entry.name) in pids or int(fields[3]) in pids or needle in cmdline:
             found.append(f"{entry.name}: {cmdline}")
     return found
+
+
+def enter_compute_node(
+    project: CampaignProject,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    job_id: str,
+    host: str,
+    gpus: str,
+    path: str,
+    environ: Mapping[str, str],
+) -> Path:
+    """Put the runs `project` starts on a compute node of running Slurm job `job_id` on `host`
+    with `gpus` visible: fake squeue and scontrol first on PATH (`path` after them), the
+    project's conftest writing its stacks' secrets and processes to the file returned, and
+    `environ` besides; the variables of another job or site unset."""
+    project.write("conftest.py", STACKS_CONFTEST)
+    end = datetime.now() + timedelta(hours=2)
+    slurm_bin = make_fake_slurm(project.root / "slurm-bin", job_id=job_id, host=host, end=end)
+    stacks_file = project.root / "stacks.json"
+    node = {
+        "SLURM_JOB_ID": job_id,
+        "SLURM_JOB_NODELIST": host,
+        "SLURM_JOB_NUM_NODES": "1",
+        "CUDA_VISIBLE_DEVICES": gpus,
+        "PATH": f"{slurm_bin}:{path}",
+        "HAICO_TEST_STACKS": str(stacks_file),
+    }
+    for name, value in {**node, **environ}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("OPENAI_ENDPOINT_URL", "SLURM_NNODES", "SLURM_NODELIST", "VLLM_VENV"):
+        monkeypatch.delenv(name, raising=False)
+    return stacks_file

@@ -17,7 +17,6 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ import pytest
 from pytest_haico.stack import Orchestrator
 from pytest_haico.stack.local import build_llm_service
 from pytest_haico.stack.profiles import HttpService
-from tests.cluster.compute_node import STACKS_CONFTEST, make_fake_slurm, survivors
+from tests.cluster.compute_node import enter_compute_node, survivors
 from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, ShimSite
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
@@ -120,29 +119,16 @@ def cluster_campaign(
         )
         campaign.simple_scripts(*SCRIPTS)
         campaign.write("test_conversations.py", CONVERSATION_MODULE)
-        campaign.write("conftest.py", STACKS_CONFTEST)
-        slurm_bin = make_fake_slurm(
-            campaign.root / "slurm-bin",
+        stacks_file = enter_compute_node(
+            campaign,
+            monkeypatch,
             job_id=JOB_ID,
             host=HOST,
-            end=datetime.now() + timedelta(hours=2),
-        )
-        stacks_file = campaign.root / "stacks.json"
-        environ = {
-            "SLURM_JOB_ID": JOB_ID,
-            "SLURM_JOB_NODELIST": HOST,
-            "SLURM_JOB_NUM_NODES": "1",
-            "CUDA_VISIBLE_DEVICES": "0,1",
-            "PATH": f"{slurm_bin}:{site.environ['PATH']}",  # the shims' bin dir next
-            "HAICO_TEST_STACKS": str(stacks_file),
+            gpus="0,1",
+            path=site.environ["PATH"],  # the shims' bin dir next
             # A user's own key: it must reach no container and no results file.
-            "OPENAI_API_KEY": HOST_SECRET,
-            "APPTAINERENV_OPENAI_API_KEY": HOST_SECRET,
-        }
-        for name, value in environ.items():
-            monkeypatch.setenv(name, value)
-        for name in ("OPENAI_ENDPOINT_URL", "SLURM_NNODES", "SLURM_NODELIST", "VLLM_VENV"):
-            monkeypatch.delenv(name, raising=False)
+            environ={"OPENAI_API_KEY": HOST_SECRET, "APPTAINERENV_OPENAI_API_KEY": HOST_SECRET},
+        )
         yield ClusterCampaign(campaign, site, stacks_file)
 
 

@@ -11,13 +11,12 @@ import shlex
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.compute_node import STACKS_CONFTEST, make_fake_slurm, survivors
+from tests.cluster.compute_node import enter_compute_node, survivors
 from tests.cluster.shim_site import ShimSite, scratch_site
 from tests.harness import CONVERSATION_MODULE, BackgroundRun, CampaignProject
 from tests.vllm.real_vllm import CPU_EXTRA_ARGS, MAX_MODEL_LEN, SERVE_ENVIRONMENT
@@ -144,26 +143,13 @@ def prepare_tier_campaign(
     compute node of Slurm job `JOB_ID` with one (CPU) "GPU", and vLLM's CPU variables."""
     with scratch_site(cluster_env_lines=(f"VLLM_VENV={manifest.venv}",)) as site:
         project.write("test_conversations.py", CONVERSATION_MODULE)
-        project.write("conftest.py", STACKS_CONFTEST)
-        slurm_bin = make_fake_slurm(
-            project.root / "slurm-bin",
+        stacks_file = enter_compute_node(
+            project,
+            monkeypatch,
             job_id=JOB_ID,
             host=HOST,
-            end=datetime.now() + timedelta(hours=2),
+            gpus="0",  # TP 1 x DP 1: gate parallel_width counts one
+            path=site.environ["PATH"],
+            environ={**manifest.environment, **SERVE_ENVIRONMENT},
         )
-        stacks_file = project.root / "stacks.json"
-        environ = {
-            "SLURM_JOB_ID": JOB_ID,
-            "SLURM_JOB_NODELIST": HOST,
-            "SLURM_JOB_NUM_NODES": "1",
-            "CUDA_VISIBLE_DEVICES": "0",  # TP 1 x DP 1: gate parallel_width counts one
-            "PATH": f"{slurm_bin}:{site.environ['PATH']}",
-            "HAICO_TEST_STACKS": str(stacks_file),
-            **manifest.environment,
-            **SERVE_ENVIRONMENT,
-        }
-        for name, value in environ.items():
-            monkeypatch.setenv(name, value)
-        for name in ("OPENAI_ENDPOINT_URL", "SLURM_NNODES", "SLURM_NODELIST", "VLLM_VENV"):
-            monkeypatch.delenv(name, raising=False)
         yield VllmCampaign(project, site, manifest, stacks_file)
