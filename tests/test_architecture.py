@@ -1,4 +1,5 @@
-"""The package's parts import each other one way only (see `pytest_haico/__init__.py`)."""
+"""The package's parts import each other one way only (see `pytest_haico/__init__.py`), and
+only `slurm/` runs Slurm's commands."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
-SHARED = {"pytest_haico", "pytest_haico.errors", "pytest_haico.redact"}
+# The bottom layer: helpers for the outside world every part shares (the redaction filter,
+# files, /proc, durations as text). They import nothing of the package but `errors`.
+BOTTOM = {"redact", "files", "procfs", "durations"}
+SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)
 ALLOWED: dict[str, set[str]] = {
@@ -24,9 +28,10 @@ ALLOWED: dict[str, set[str]] = {
     "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
     # The public results API (`pytest_haico.results`, a package): what the report, the
-    # cost model and the command line read campaigns with.
-    "results": {"config"},
-    "report": {"config", "ledger", "results", "slurm"},
+    # cost model and the command line read campaigns with. It reads the ledgers through
+    # the ledger's format (neither imports pydantic: the report's start-up depends on it).
+    "results": {"config", "ledger.format", "ledger.verdicts"},
+    "report": {"config", "ledger.format", "ledger.verdicts", "results", "slurm"},
     # A submission sizes its arrays with the cost model.
     "submit": {"config", "ledger", "results", "report", "slurm"},
     "kept": {"config", "ledger", "stack", "provenance", "slurm"},
@@ -35,6 +40,22 @@ ALLOWED: dict[str, set[str]] = {
 }
 # One concern per module: longer ones are split by concern (never into a `utils.py`).
 MAX_MODULE_LINES = 400
+SLURM_COMMANDS = {"sbatch", "squeue", "sacct", "scontrol", "sinfo", "scancel", "salloc", "srun"}
+# The calls that start a process, by the dotted name they are imported under.
+PROCESS_STARTERS = {
+    "subprocess.run",
+    "subprocess.Popen",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "subprocess.getoutput",
+    "subprocess.getstatusoutput",
+    "os.system",
+    "os.popen",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
+}
+PROCESS_STARTER_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn")
 # Packages whose own `__init__` belongs to their part (the results API's is its public face);
 # the top-level modules (plugin.py, fixtures.py) are pytest's entry points and see everything.
 TOP_LEVEL_PARTS = {"results": "results"}
@@ -102,6 +123,13 @@ def test_module_imports_only_what_its_part_may(module: str, path: Path) -> None:
     assert not crossing, "\n".join(crossing)
 
 
+@pytest.mark.parametrize("name", sorted(BOTTOM))
+def test_the_bottom_layer_imports_nothing_of_the_package_but_errors(name: str) -> None:
+    path = PACKAGE / f"{name}.py"
+    imported = {module for _, module in _imports(path)}
+    assert imported <= {"pytest_haico.errors"}, f"{path.relative_to(PACKAGE.parent)}: {imported}"
+
+
 def test_every_module_is_at_most_400_lines() -> None:
     long = [
         f"{path.relative_to(PACKAGE.parent)}: {lines} lines"
@@ -120,8 +148,12 @@ def test_the_rule_catches_a_crossing_import() -> None:
     assert _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.verdicts")
     assert _is_allowed("pytest_haico.report.terminal", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.results", "pytest_haico.ledger.jsonl")
+    assert _is_allowed("pytest_haico.results.reader", "pytest_haico.ledger.format")
+    assert not _is_allowed("pytest_haico.report.item_costs", "pytest_haico.ledger.records")
     assert not _is_allowed("pytest_haico.ledger.resume", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
+    assert _is_allowed("pytest_haico.standins.llm", "pytest_haico.durations")
+    assert _is_allowed("pytest_haico.ledger.jsonl", "pytest_haico.files")
 
 
 def _readme_table() -> dict[str, set[str]]:
@@ -146,3 +178,133 @@ def test_the_readme_import_table_is_the_rule() -> None:
 def test_every_part_is_a_folder_of_the_package() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert folders == set(ALLOWED)
+
+
+def _names_a_slurm_command(text: str) -> bool:
+    """A program (``squeue``, ``/usr/bin/squeue``) or a shell line whose first word is one."""
+    words = text.split()
+    return bool(words) and words[0].rsplit("/", 1)[-1] in SLURM_COMMANDS
+
+
+def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a module's or a function's own body, not of the functions in it."""
+    nodes: list[ast.AST] = []
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def _slurm_command_runs(source: str) -> list[int]:
+    """The lines of calls that start a process naming a Slurm command: in their arguments,
+    or in what a name among them was assigned in the same function (``argv = ["squeue",
+    ...]``, ``scontrol = shutil.which("scontrol")``); and, in a module that starts
+    processes, of each Slurm command line (``["squeue", ...]``), which may reach them
+    through a parameter.
+    """
+    tree = ast.parse(source)
+    imported: dict[str, str] = {}  # local name -> the dotted name it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                imported[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def dotted(node: ast.expr) -> str:
+        if isinstance(node, ast.Name):
+            return imported.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            return f"{dotted(node.value)}.{node.attr}"
+        return ""
+
+    def names_slurm(node: ast.AST, assigned: dict[str, list[ast.expr]], seen: set[str]) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and _names_a_slurm_command(node.value)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return False  # a path: `project / "sbatch"` is the project's folder
+        if isinstance(node, ast.Name):
+            if node.id in seen:
+                return False
+            values = assigned.get(node.id, [])
+            return any(names_slurm(value, assigned, seen | {node.id}) for value in values)
+        return any(names_slurm(child, assigned, seen) for child in ast.iter_child_nodes(node))
+
+    runs: set[int] = set()
+    command_lines: set[int] = set()
+    starts_processes = False
+    scopes = [
+        tree,
+        *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)),
+    ]
+    for scope in scopes:
+        nodes = _scope_nodes(scope)
+        assigned: dict[str, list[ast.expr]] = {}
+        for node in nodes:
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        assigned.setdefault(target.id, []).append(node.value)
+        for node in nodes:
+            if isinstance(node, ast.List | ast.Tuple) and node.elts:
+                first = node.elts[0]
+                if isinstance(first, ast.Constant) and _names_a_slurm_command(str(first.value)):
+                    command_lines.add(node.lineno)
+            if not isinstance(node, ast.Call):
+                continue
+            called = dotted(node.func)
+            if called in PROCESS_STARTERS or called.startswith(PROCESS_STARTER_PREFIXES):
+                starts_processes = True
+                arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+                if any(names_slurm(argument, assigned, set()) for argument in arguments):
+                    runs.add(node.lineno)
+    return sorted(runs | command_lines if starts_processes else runs)
+
+
+def test_only_the_slurm_part_runs_slurm_commands() -> None:
+    runs = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: runs a Slurm command outside slurm/"
+        for module, path in _modules()
+        if _part(module) != "slurm"
+        for line in _slurm_command_runs(path.read_text())
+    ]
+    assert not runs, "\n".join(runs)
+
+
+def test_the_slurm_rule_catches_a_slurm_command_run_elsewhere() -> None:
+    planted = """
+import asyncio, os, shutil, subprocess
+import subprocess as sp
+from subprocess import check_output as out
+
+def direct(job):
+    return subprocess.run(["scontrol", "-o", "show", "job", job], check=False)
+def found_first():
+    scontrol = shutil.which("scontrol")
+    sp.run([scontrol, "show", "hostnames", "n[1-2]"])
+def built_before():
+    argv = ["/usr/bin/squeue", "-h"]
+    return out(list(argv))
+def replaced():
+    os.execvp("sbatch", ["sbatch", "job.sh"])
+async def awaited():
+    await asyncio.create_subprocess_exec("sinfo", "-h")
+def shell():
+    subprocess.Popen("srun --pty bash", shell=True)
+def generic(argv):
+    return subprocess.run(argv, capture_output=True)
+def through_a_parameter():
+    return generic(["sacct", "-X"])
+def not_slurm(project):
+    subprocess.run(["cp", str(project / "sbatch" / "campaign.sbatch"), "/tmp"])
+    subprocess.run(["pg_dump", "--file", "sbatch.sql"])
+"""
+    assert _slurm_command_runs(planted) == [7, 10, 12, 13, 15, 17, 19, 23]
+    # A command line built for `slurm/` to run, in a module that starts no process.
+    assert _slurm_command_runs('argv = ["sbatch", "--parsable"]\nsubmit(argv)\n') == []

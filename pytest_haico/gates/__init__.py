@@ -5,14 +5,13 @@
     static       gates 2-7, 10, 11 over an environment mapping, the arm, measured numbers
     filesystem   gates 8-9: inputs present and readable (and frozen, for a job of haico
                  submit), results directory writable
-    hostlist     Slurm host lists (scontrol show hostnames, or our own expansion)
     vllm_venv    what a vLLM venv holds, read from its files (never imported)
     dynamic      the model server's gates, over HTTP once the stack is up
     backend      the backend's gates: authenticated health, the canary turn
     probes       bounded HTTP exchanges with retries after a 5xx; vLLM's error bodies
 
-May import: `pytest_haico.config`, `pytest_haico.ledger` (files, earlier ledgers) and the
-shared helpers `errors` and `redact`. Never the stack, runner, driver, campaign or the
-stand-ins: whoever wires the gates in passes the URLs, keys, paths, numbers and small
-callables they check.
+May import: `pytest_haico.config`, `pytest_haico.ledger` (files, earlier ledgers),
+`pytest_haico.slurm` (the job's nodes) and the shared helpers `errors` and `redact`. Never
+the stack, runner, driver, campaign or the stand-ins: whoever wires the gates in passes the
+URLs, keys, paths, numbers and small callables they check.
 """

@@ -16,10 +16,8 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -31,11 +29,12 @@ from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import DumpError, HaicoError
+from pytest_haico.procfs import read_proc_stat
 from pytest_haico.provenance.dumps import DatabaseDumps
 from pytest_haico.redact import Redactor
+from pytest_haico.slurm.jobs import job_has_ended
 from pytest_haico.stack.arm_stack import build_arm_stack
 from pytest_haico.stack.kept import KeptService, KeptState, serves, write_state
-from pytest_haico.stack.procfs import read_proc_stat
 from pytest_haico.stack.profiles import HttpService, Stack
 from pytest_haico.stack.request import BackendCommand, StackRequest
 
@@ -43,8 +42,6 @@ _log = logging.getLogger("haico.supervisor")
 # How often the supervisor looks at its services, and at its allocation.
 POLL_S = 0.5
 ALLOCATION_POLL_S = 10.0
-# Slurm's job states of an allocation that still holds its node.
-LIVE_JOB_STATES = {"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "STOPPED", "RESIZING"}
 
 
 def main() -> int:
@@ -185,27 +182,9 @@ def _wait(stop: threading.Event, stack: Stack, allocation: str | None) -> str:
                 return f"{name} (pid {process.pid}) ended with status {status}"
         if allocation and time.monotonic() >= next_allocation_check:
             next_allocation_check = time.monotonic() + ALLOCATION_POLL_S
-            if _allocation_ended(allocation):
+            if job_has_ended(allocation):
                 return f"allocation {allocation} has ended"
     return "a signal"
-
-
-def _allocation_ended(job_id: str) -> bool:
-    """Whether Slurm says the job is over: a state past running, or a job it no longer
-    knows (an answer it cannot give, with slurmctld busy or away, is no end)."""
-    try:
-        result = subprocess.run(
-            ["scontrol", "-o", "show", "job", job_id],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if result.returncode != 0:
-        return "Invalid job id" in result.stderr
-    found = re.search(r"\bJobState=(\S+)", result.stdout)
-    return found is not None and found.group(1) not in LIVE_JOB_STATES
 
 
 def _stop(stack: Stack, dumps: DatabaseDumps) -> None:

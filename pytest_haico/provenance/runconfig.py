@@ -2,15 +2,13 @@
 
 The .env file is KEY=VALUE, sorted, each value quoted for bash (`source` it); the .json
 file holds the same values plus what does not fit a line (the model server's models and
-its metrics at the arm's start and end, from `model_server`). Both are rewritten whole
-(temp name, then rename) whenever something is added, and pass the run's redaction filter
-first.
+its metrics at the arm's start and end, from `model_server`). Both are rewritten whole or not
+at all whenever something is added, and pass the run's redaction filter first.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shlex
 import socket
@@ -24,7 +22,9 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.config.identity import source_tree
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.files import write_atomic
 from pytest_haico.redact import Redactor
+from pytest_haico.slurm import client as slurm
 
 ENV_NAME = "run-config.env"
 JSON_NAME = "run-config.json"
@@ -67,8 +67,8 @@ class RunConfig:
         env_text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
         details = json.loads(self.redactor.redact(json.dumps(self.details, sort_keys=True)))
         json_text = json.dumps({"values": values, **details}, indent=1, sort_keys=True) + "\n"
-        self._replace(self.run_dir / ENV_NAME, env_text)
-        self._replace(self.run_dir / JSON_NAME, json_text)
+        write_atomic(self.run_dir / ENV_NAME, env_text.encode(), mode=self.file_mode)
+        write_atomic(self.run_dir / JSON_NAME, json_text.encode(), mode=self.file_mode)
 
     def changed_since(self, previous_run: Path) -> list[str]:
         """`KEY old → new` for each compared key that differs from an earlier run's."""
@@ -82,17 +82,6 @@ class RunConfig:
             if old is not None and new is not None and old != new:
                 changes.append(f"{key} {old} → {new}")
         return changes
-
-    def _replace(self, path: Path, text: str) -> None:
-        partial = path.with_name(f".{path.name}.partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.file_mode)
-        try:
-            os.fchmod(fd, self.file_mode)
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(partial, path)
 
 
 def previous_run(runs_dir: Path, this_run: Path) -> Path | None:
@@ -135,7 +124,7 @@ def host_values(job: SlurmJob, experiments: Path, environ: Mapping[str, str]) ->
         "EXPERIMENTS_GIT_COMMIT": tree.commit or "none",
         "EXPERIMENTS_GIT_DIRTY": "1" if tree.dirty else "0",
         "GPUS": _gpus(environ),
-        "SLURM_VERSION": _first_line(["scontrol", "--version"]) or "none",
+        "SLURM_VERSION": slurm.version(environ) or "none",
     }
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
                  "SLURM_RESTART_COUNT", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST",
@@ -156,11 +145,6 @@ def _gpus(environ: Mapping[str, str]) -> str:
     )
     gpus = [", ".join(part.strip() for part in line.split(",")) for line in lines]
     return "; ".join(gpus) if gpus else "none"
-
-
-def _first_line(argv: list[str]) -> str | None:
-    lines = _run(argv, os.environ)
-    return lines[0] if lines else None
 
 
 def _run(argv: list[str], environ: Mapping[str, str]) -> list[str]:

@@ -12,19 +12,16 @@ and the drain protect the run instead.
 from __future__ import annotations
 
 import logging
-import os
-import re
-import shlex
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
 
+from pytest_haico.durations import format_duration
 from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.slurm import client as slurm
+from pytest_haico.slurm.jobs import job_end_time
 
 _log = logging.getLogger(__name__)
 
@@ -33,97 +30,6 @@ Clock = Callable[[], float]
 Spawn = Callable[[Callable[[], None]], None]
 
 DEFAULT_REFRESH_S = 300.0
-DEFAULT_COMMAND_TIMEOUT_S = 10.0
-
-# What Slurm prints for an end time it does not have: a pending job's, an UNLIMITED one's.
-_NO_END_TIME = frozenset({"", "unknown", "n/a", "none"})
-
-
-class RunCommand(Protocol):
-    """Runs a command and returns its stdout.
-
-    Raises `OSError` when it cannot start (`FileNotFoundError`: not installed),
-    `subprocess.TimeoutExpired` after ``timeout_s`` seconds, and
-    `subprocess.CalledProcessError` on a non-zero exit.
-    """
-
-    def __call__(
-        self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
-    ) -> str: ...
-
-
-def run_command(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None) -> str:
-    """The default `RunCommand`: an argv list (never a shell), killed after ``timeout_s``."""
-    result = subprocess.run(
-        list(argv),
-        env=None if env is None else dict(env),
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout_s,
-        stdin=subprocess.DEVNULL,
-        check=True,
-    )
-    return result.stdout
-
-
-def parse_slurm_time(text: str) -> float | None:
-    """Epoch seconds of a timestamp as Slurm prints it (local time, no zone:
-    ``2026-12-01T03:14:15``); None for "Unknown", "N/A", "NONE" or nothing.
-
-    Raises `ValueError` for anything else.
-    """
-    value = text.strip()
-    if value.lower() in _NO_END_TIME:
-        return None
-    try:
-        # A naive datetime's timestamp() is local time, as Slurm's output is.
-        return datetime.fromisoformat(value).timestamp()
-    except (OverflowError, OSError) as exc:
-        raise ValueError(f"{value!r} is out of range") from exc
-
-
-def parse_squeue_end_time(stdout: str, job_id: str) -> float | None:
-    """The end time from ``squeue -h -j J -o '%A %e'``: the line whose job id is J.
-
-    ``squeue -j`` of an array's base id lists every task of the array, each under its
-    own job id (``%A``), so the line is picked by id. Raises `ValueError` when no line
-    is J's or its time is not a timestamp.
-    """
-    for line in stdout.splitlines():
-        fields = line.split()
-        if fields and fields[0] == job_id:
-            return parse_slurm_time(fields[1] if len(fields) > 1 else "")
-    raise ValueError(f"no line for job {job_id}")
-
-
-_SCONTROL_JOB_ID = re.compile(r"(?:^|\s)JobId=(\S+)")
-_SCONTROL_END_TIME = re.compile(r"(?:^|\s)EndTime=(\S*)")
-
-
-def parse_scontrol_end_time(stdout: str, job_id: str) -> float | None:
-    """The end time from ``scontrol -o show job J`` (one record a line): the ``EndTime=``
-    of the record whose ``JobId=`` is J. Raises `ValueError` when there is none, or it is
-    not a timestamp."""
-    for line in stdout.splitlines():
-        found_id = _SCONTROL_JOB_ID.search(line)
-        if found_id is None or found_id.group(1) != job_id:
-            continue
-        end = _SCONTROL_END_TIME.search(line)
-        if end is None:
-            raise ValueError(f"no EndTime= in the record of job {job_id}")
-        return parse_slurm_time(end.group(1))
-    raise ValueError(f"no record of job {job_id}")
-
-
-def format_duration(seconds: float) -> str:
-    """``45 s``, ``4 min 10 s``, ``2 h 5 min``."""
-    total = max(0, round(seconds))
-    if total < 60:
-        return f"{total} s"
-    if total < 3600:
-        return f"{total // 60} min {total % 60} s"
-    return f"{total // 3600} h {total % 3600 // 60} min"
 
 
 def _spawn_thread(target: Callable[[], None]) -> None:
@@ -133,12 +39,11 @@ def _spawn_thread(target: Callable[[], None]) -> None:
 class JobEndTime:
     """The Slurm job's end time (epoch seconds), read from Slurm and cached.
 
-    `refresh` reads it on the calling thread: ``squeue -h -j J -o '%A %e'`` first (one
-    field to parse), ``scontrol -o show job J`` when squeue fails, each with a timeout of
-    ``timeout_s``, with ``SLURM_TIME_FORMAT=standard`` so a user's own time format cannot
-    change the output. `get` never blocks: it returns the cached value and, once the last
-    read is ``refresh_s`` old, starts the next read through ``spawn`` (by default a
-    daemon thread), so a slow slurmctld stalls no conversation on the event loop.
+    `refresh` reads it on the calling thread (`job_end_time`: squeue, else scontrol, each
+    bounded by Slurm's timeout for queries from inside a run). `get` never blocks: it
+    returns the cached value and, once the last read is ``refresh_s`` old, starts the next
+    read through ``spawn`` (by default a daemon thread), so a slow slurmctld stalls no
+    conversation on the event loop.
 
     An explicit "no end time" answer (an UNLIMITED job) clears the end time; a read that
     fails (no command, non-zero exit, timeout, unparsable output) keeps the last one
@@ -150,17 +55,15 @@ class JobEndTime:
         job_id: str,
         *,
         refresh_s: float = DEFAULT_REFRESH_S,
-        timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
-        run: RunCommand = run_command,
+        run: slurm.Run = slurm.run,
         clock: Clock = time.time,
         spawn: Spawn = _spawn_thread,
         warn: Warn | None = None,
     ) -> None:
         self.job_id = job_id
         self.refresh_s = refresh_s
-        self.timeout_s = timeout_s
-        self._env = {**(os.environ if env is None else env), "SLURM_TIME_FORMAT": "standard"}
+        self._env = env
         self._run = run
         self._clock = clock
         self._spawn = spawn
@@ -225,44 +128,16 @@ class JobEndTime:
 
     def _read(self) -> tuple[bool, float | None, str | None]:
         """(whether Slurm answered, the end time or None for no limit, the problem)."""
-        job = self.job_id
-        attempts: tuple[tuple[list[str], Callable[[str, str], float | None]], ...] = (
-            (["squeue", "-h", "-j", job, "-o", "%A %e"], parse_squeue_end_time),
-            (["scontrol", "-o", "show", "job", job], parse_scontrol_end_time),
-        )
-        problems = []
-        for argv, parse in attempts:
-            try:
-                stdout = self._run(argv, timeout_s=self.timeout_s, env=self._env)
-            except FileNotFoundError:
-                problem = f"{argv[0]} not found"
-            except OSError as exc:
-                problem = f"cannot start it: [Errno {exc.errno}] {exc.strerror}"
-            except subprocess.TimeoutExpired:
-                problem = f"no answer within {self.timeout_s:g} s"
-            except subprocess.CalledProcessError as exc:
-                problem = f"exit {exc.returncode}: {_first_line(exc.stderr)}"
-            else:
-                try:
-                    return True, parse(stdout, job), None
-                except ValueError as exc:
-                    problem = f"{exc} in its output {_first_line(stdout)!r}"
-            problems.append(f"{shlex.join(argv)}: {problem}")
-        return (
-            False,
-            None,
-            f"cannot read the end time of Slurm job {job} ({'; '.join(problems)}); "
-            "walltime admission keeps the last end time it read, and admits without a "
-            "walltime limit until it has one. Check that squeue and scontrol work on this "
-            f"node (squeue -j {job})",
-        )
-
-
-def _first_line(text: str | bytes | None) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    lines = (text or "").strip().splitlines()
-    return lines[0][:200] if lines else "(nothing)"
+        try:
+            return True, job_end_time(self.job_id, environ=self._env, run=self._run), None
+        except slurm.SlurmError as exc:
+            return (
+                False,
+                None,
+                f"{exc}; walltime admission keeps the last end time it read, and admits "
+                "without a walltime limit until it has one. Check that squeue and scontrol "
+                f"work on this node (squeue -j {self.job_id})",
+            )
 
 
 class WalltimeAdmission:
@@ -283,9 +158,8 @@ class WalltimeAdmission:
         *,
         drain_margin_s: float,
         refresh_s: float = DEFAULT_REFRESH_S,
-        command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
-        run: RunCommand = run_command,
+        run: slurm.Run = slurm.run,
         clock: Clock = time.time,
         spawn: Spawn = _spawn_thread,
         warn: Warn | None = None,
@@ -306,7 +180,6 @@ class WalltimeAdmission:
             self.end_time = JobEndTime(
                 self.job_id,
                 refresh_s=refresh_s,
-                timeout_s=command_timeout_s,
                 env=env,
                 run=run,
                 clock=clock,

@@ -1,18 +1,27 @@
-"""Slurm's client commands, run with an allow-listed environment.
+"""How a Slurm client command runs: the environment it gets, how long it may take, what it
+answered.
 
 An `salloc` shell exports SLURM_MEM_PER_CPU, SLURM_CPU_BIND, CUDA_VISIBLE_DEVICES and the
 user's OPENAI_* tokens; inherited by `sbatch` they would silently change the new job, or
-travel with it. Every command here gets only `ALLOWED_ENV` of the caller's environment.
+travel with it. Every command gets only `ALLOWED_ENV` of the caller's environment, inside a
+job too (slurmd sets SLURM_CONF there, and PATH finds the commands). SLURM_TIME_FORMAT is
+not allowed either, so Slurm prints its standard timestamps, the ones the parsers read.
+
+SlurmError
+├── NotRun             the command could not be started: it did nothing
+├── NoAnswer           it did not answer within its timeout
+├── CommandFailed      it exited non-zero
+└── SubmissionRefused  sbatch said the job was not submitted (in `jobs`)
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from typing import Protocol
 
 from pytest_haico.errors import HaicoError
 
@@ -20,7 +29,15 @@ from pytest_haico.errors import HaicoError
 ALLOWED_ENV = ("HOME", "USER", "LOGNAME", "SHELL", "PATH", "LANG", "TZ", "TMPDIR", "SLURM_CONF")
 ALLOWED_PREFIXES = ("LC_",)
 
-_TIMEOUT_S = 120.0
+# Queries from inside a job (a run's end time, its nodes, the Slurm version; whether a kept
+# stack's allocation ended) must never hold it up: each caller has an answer without Slurm.
+IN_JOB_TIMEOUT_S = 10.0
+# haico's campaign operations on the login node (sbatch, the journal's reconciliation,
+# sinfo): a controller busy with a large array can take tens of seconds, and an sbatch
+# given up on too early leaves its job's submission in doubt.
+OPERATION_TIMEOUT_S = 120.0
+# How much of a line a command printed goes into a message.
+_SAID_CHARS = 200
 
 
 class SlurmError(HaicoError):
@@ -28,11 +45,86 @@ class SlurmError(HaicoError):
 
 
 class NotRun(SlurmError):
-    """The command could not be started (not on PATH, not executable): it did nothing."""
+    """The command could not be started (not on PATH, not executable): it did nothing.
+
+    `brief` says so in a few words, for a message that lists several attempts."""
+
+    def __init__(self, message: str, *, brief: str) -> None:
+        super().__init__(message)
+        self.brief = brief
+
+    @classmethod
+    def missing(cls, program: str) -> NotRun:
+        return cls(
+            f"{program} is not on PATH: run haico where Slurm's client commands are "
+            "(a login node of the cluster), or add them to PATH",
+            brief=f"{program} not found",
+        )
+
+    @classmethod
+    def refused(cls, program: str, error: OSError) -> NotRun:
+        return cls(
+            f"{program} could not be run: {error.strerror or error}",
+            brief=f"cannot start it: [Errno {error.errno}] {error.strerror}",
+        )
 
 
-class SubmissionRefused(SlurmError):
-    """sbatch said the job was not submitted ("Batch job submission failed: ...")."""
+class NoAnswer(SlurmError):
+    """The command did not answer within its timeout (it was killed)."""
+
+    def __init__(self, program: str, timeout_s: float) -> None:
+        super().__init__(
+            f"{program} did not answer within {timeout_s:.0f} s: is slurmctld reachable? "
+            "(try `scontrol ping`)"
+        )
+        self.brief = f"no answer within {timeout_s:g} s"
+
+
+class CommandFailed(SlurmError):
+    """The command exited non-zero."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a command that ran printed, and its exit status."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def said(self) -> str:
+        """The last line it printed, on stderr if it printed there; "" for nothing."""
+        lines = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return lines[-1][:_SAID_CHARS] if lines else ""
+
+    @property
+    def first_line(self) -> str:
+        """The first line it printed on stdout; "" for nothing."""
+        lines = self.stdout.strip().splitlines()
+        return lines[0][:_SAID_CHARS] if lines else ""
+
+    def checked(self) -> Answer:
+        """This answer; `CommandFailed` saying what the command said when it failed."""
+        if not self.ok:
+            raise CommandFailed(
+                f"`{' '.join(self.argv[:2])} ...` failed (exit {self.returncode})"
+                + (f": {self.said}" if self.said else "")
+            )
+        return self
+
+
+class Run(Protocol):
+    """Runs a Slurm client command: `run`, or a stand-in for it in a test."""
+
+    def __call__(
+        self, argv: Sequence[str], *, environ: Mapping[str, str] | None, timeout_s: float
+    ) -> Answer: ...
 
 
 def allowed_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -49,170 +141,39 @@ def run(
     argv: Sequence[str],
     *,
     environ: Mapping[str, str] | None = None,
-    check: bool = True,
-    timeout: float = _TIMEOUT_S,
-) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm client command with the allow-listed environment and return what it did.
+    timeout_s: float = OPERATION_TIMEOUT_S,
+) -> Answer:
+    """Run a Slurm client command (an argv, never a shell) with the allow-listed part of
+    `environ` and return its answer, whatever its exit status.
 
-    A command not on PATH, one that does not answer within `timeout`, or (with `check`)
-    one that fails is a `SlurmError` saying which and what it printed.
+    `NotRun` when it cannot start, `NoAnswer` when it is still running after `timeout_s`.
     """
     env = allowed_environment(environ)
     program = shutil.which(argv[0], path=env.get("PATH"))
     if program is None:
-        raise NotRun(
-            f"{argv[0]} is not on PATH: run haico where Slurm's client commands are "
-            "(a login node of the cluster), or add them to PATH"
-        )
+        raise NotRun.missing(argv[0])
     try:
         done = subprocess.run(
             [program, *argv[1:]],
             env=env,
             capture_output=True,
             text=True,
-            timeout=timeout,
+            errors="replace",
+            timeout=timeout_s,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
-        raise SlurmError(
-            f"{argv[0]} did not answer within {timeout:.0f} s: is slurmctld reachable? "
-            "(try `scontrol ping`)"
-        ) from exc
+        raise NoAnswer(argv[0], timeout_s) from exc
     except OSError as exc:
-        raise NotRun(f"{argv[0]} could not be run: {exc.strerror or exc}") from exc
-    if check and done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise SlurmError(
-            f"`{' '.join(argv[:2])} ...` failed (exit {done.returncode})"
-            + (f": {said[-1]}" if said else "")
-        )
-    return done
+        raise NotRun.refused(argv[0], exc) from exc
+    return Answer(tuple(argv), done.returncode, done.stdout, done.stderr)
 
 
-def sbatch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None) -> str:
-    """Submit with ``sbatch --parsable`` (in `argv`) and return the job id it answered."""
-    done = run(argv, environ=environ, check=False)
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        message = f"sbatch failed (exit {done.returncode})" + (f": {said[-1]}" if said else "")
-        if any("Batch job submission failed" in line for line in said):
-            raise SubmissionRefused(message)
-        raise SlurmError(message)
-    job_id = done.stdout.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise SlurmError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
-    return job_id
-
-
-def find_job(name: str, *, since: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The id of this user's job named `name`, submitted at `since` (UTC ISO) or later: from
-    the queue, else accounting, else the job completion log; None when none knows it."""
-    queued = run(["squeue", "--me", "--name", name, "-h", "-o", "%F"], environ=environ)
-    ids = {line.strip() for line in queued.stdout.splitlines() if line.strip().isdigit()}
-    if not ids:
-        # Relative to now: an absolute -S would be read in sacct's time zone. A minute more
-        # allows for clock skew between this host and the controller.
-        ago = datetime.now(UTC) - datetime.fromisoformat(since)
-        minutes = max(0, math.ceil(ago.total_seconds() / 60)) + 1
-        accounted = run(
-            [
-                "sacct",
-                "-X",
-                "-P",
-                "-n",
-                "--name",
-                name,
-                "-S",
-                f"now-{minutes}minutes",
-                "-o",
-                "JobID",
-            ],
-            environ=environ,
-            check=False,
-        )
-        if accounted.returncode == 0:
-            ids = {line.split("_")[0] for line in accounted.stdout.split() if line[:1].isdigit()}
-        else:
-            ids = {
-                fields.get("ArrayJobId") or fields["JobId"]
-                for fields in _completion_log(environ)
-                if fields.get("Name") == name and "JobId" in fields
-            }
-    if len(ids) > 1:
-        raise SlurmError(
-            f"{len(ids)} jobs are named {name} ({', '.join(sorted(ids))}): cancel the "
-            "duplicates you do not want (scancel), then run haico again"
-        )
-    return ids.pop() if ids else None
-
-
-def task_states(job_id: str, *, environ: Mapping[str, str] | None = None) -> dict[int, str]:
-    """Each array task's "STATE EXITCODE" ("RUNNING 0:0", "TIMEOUT 0:0", "FAILED 75:0"):
-    from the controller while it keeps the job, else accounting, else the job completion
-    log (whose exit code is 0:0 for TIMEOUT and CANCELLED). Tasks no source knows are
-    missing."""
-    states: dict[int, str] = {}
-    shown = run(["scontrol", "-o", "show", "job", job_id], environ=environ, check=False)
-    if shown.returncode == 0:
-        for line in shown.stdout.splitlines():
-            fields = _fields(line)
-            if fields.get("ArrayJobId", fields.get("JobId")) != job_id:
-                continue
-            for task in _task_ids(fields.get("ArrayTaskId", "0")):
-                states[task] = f"{fields.get('JobState', '?')} {fields.get('ExitCode', '?')}"
-    accounted = run(
-        ["sacct", "-X", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"],
-        environ=environ,
-        check=False,
-    )
-    if accounted.returncode == 0:
-        for line in accounted.stdout.splitlines():
-            parts = line.split("|")
-            if len(parts) != 3 or not parts[0].startswith(f"{job_id}_"):
-                continue
-            for task in _task_ids(parts[0].partition("_")[2].strip("[]")):
-                state = parts[1].split()[0] if parts[1] else "?"  # "CANCELLED by 0"
-                states.setdefault(task, f"{state} {parts[2]}")
-    else:
-        for fields in _completion_log(environ):
-            if fields.get("ArrayJobId") == job_id and "ArrayTaskId" in fields:
-                for task in _task_ids(fields["ArrayTaskId"]):
-                    states.setdefault(
-                        task, f"{fields.get('JobState', '?')} {fields.get('ExitCode', '?')}"
-                    )
-    return states
-
-
-def _completion_log(environ: Mapping[str, str] | None) -> list[dict[str, str]]:
-    """The lines of the job completion log (jobcomp/filetxt) as fields; empty when the site
-    keeps none or this user cannot read it."""
-    config = run(["scontrol", "show", "config"], environ=environ, check=False).stdout
-    settings = dict(
-        (key.strip(), value.strip())
-        for key, sep, value in (line.partition("=") for line in config.splitlines())
-        if sep
-    )
-    if settings.get("JobCompType") != "jobcomp/filetxt" or not settings.get("JobCompLoc"):
-        return []
+def version(environ: Mapping[str, str] | None = None) -> str | None:
+    """What ``scontrol --version`` prints ("slurm 22.05.8"); None without an answer."""
     try:
-        with open(settings["JobCompLoc"], encoding="utf-8", errors="replace") as log:
-            return [_fields(line) for line in log]
-    except OSError:
-        return []
-
-
-def _fields(line: str) -> dict[str, str]:
-    """``Key=Value`` words of a scontrol or completion-log line."""
-    return dict(
-        (key, value) for key, sep, value in (word.partition("=") for word in line.split()) if sep
-    )
-
-
-def _task_ids(text: str) -> list[int]:
-    """``3``, ``0-2``, ``1,3``, ``0-7%2`` (a throttle) -> task ids; anything else -> none."""
-    ids: list[int] = []
-    for part in text.split("%")[0].split(","):
-        low, dash, high = part.partition("-")
-        if low.isdigit() and (not dash or high.isdigit()):
-            ids.extend(range(int(low), int(high or low) + 1))
-    return ids
+        answer = run(["scontrol", "--version"], environ=environ, timeout_s=IN_JOB_TIMEOUT_S)
+    except SlurmError:
+        return None
+    lines = [line for line in answer.stdout.splitlines() if line.strip()]
+    return lines[0] if answer.ok and lines else None

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.durations import DAY, HOUR, MINUTE
 from pytest_haico.errors import ConfigError
 from pytest_haico.slurm import client as slurm
 
-MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 _NO_LIMIT = frozenset({"infinite", "unlimited"})
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
@@ -99,7 +99,7 @@ def parse_sinfo(text: str) -> list[Partition]:
 
 def read_partitions() -> list[Partition]:
     """The cluster's partitions from sinfo; `slurm.SlurmError` when sinfo cannot answer."""
-    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l"]).stdout)
+    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l"]).checked().stdout)
 
 
 def resolve_partition(arm: Arm, partitions: list[Partition] | None) -> tuple[Partition | None, str]:

@@ -13,7 +13,8 @@ from pytest_haico.config.experiment import Experiments, SlurmSection
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.errors import HaicoError
 from pytest_haico.report.item_costs import StratumCost, load_costs
-from pytest_haico.slurm import client as slurm
+from pytest_haico.slurm.client import NotRun, SlurmError
+from pytest_haico.slurm.jobs import SubmissionRefused, find_job, sbatch, task_states
 from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
@@ -27,17 +28,6 @@ Say = Callable[[str], None]
 
 # How a job may end and be run again: drained (75), out of time, preempted, node lost.
 CONTINUABLE = ("FAILED 75:", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
-FINAL = (
-    "COMPLETED",
-    "FAILED",
-    "TIMEOUT",
-    "PREEMPTED",
-    "NODE_FAIL",
-    "CANCELLED",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-)
 
 
 class SubmitError(HaicoError):
@@ -83,8 +73,8 @@ def run_jobs(
         journal.prepare(plan)
         journal.submitting(plan.name)
         try:
-            job_id = slurm.sbatch(argv)
-        except (slurm.SubmissionRefused, slurm.NotRun):
+            job_id = sbatch(argv)
+        except (SubmissionRefused, NotRun):
             journal.prepare(plan)  # certainly not in Slurm: back to PREPARED
             raise
         journal.submitted(plan.name, job_id)
@@ -213,7 +203,7 @@ def reconcile(
     for job in jobs.values():
         if job.state is not JobState.SUBMITTING:
             continue
-        found = slurm.find_job(job.plan.name, since=job.since)
+        found = find_job(job.plan.name, since=job.since)
         if found is not None:
             journal.submitted(job.plan.name, found, how="reconciled by name")
             job.state, job.job_id = JobState.SUBMITTED, found
@@ -236,10 +226,10 @@ def refresh_ends(jobs: dict[str, JournaledJob], journal: Journal) -> None:
     for job in jobs.values():
         if job.state is not JobState.SUBMITTED or job.job_id is None:
             continue
-        states = slurm.task_states(job.job_id)
-        job.ended = states
-        if all(states.get(t, "").startswith(FINAL) for t in job.plan.tasks):
-            journal.ended(job.plan.name, states)
+        states = task_states(job.job_id)
+        job.ended = {task: state.text for task, state in states.items()}
+        if all(t in states and states[t].final for t in job.plan.tasks):
+            journal.ended(job.plan.name, job.ended)
             job.state = JobState.ENDED
 
 
@@ -257,7 +247,7 @@ def measured_costs(campaign_dir: Path, say: Say) -> dict[tuple[str, str], Stratu
 def partition_caps(say: Say) -> list[Partition] | None:
     try:
         return read_partitions()
-    except slurm.SlurmError as exc:
+    except SlurmError as exc:
         say(f"haico: no partition limits ({exc}); walltimes are not capped")
         return None
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.procfs import iter_processes
 from tests.harness import CampaignProject
 
 # Writes the secrets and the service processes of every stack the session started to
@@ -75,19 +76,13 @@ def survivors(pids: Iterable[int], needle: str) -> list[str]:
     its own), or whose command line names `needle`."""
     pids = set(pids)
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for stat in iter_processes():
         try:
-            raw = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = Path(f"/proc/{stat.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, UnicodeDecodeError):
             continue
-        fields = raw[raw.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if fields[0] in ("Z", "X"):
-            continue
-        if int(entry.name) in pids or int(fields[3]) in pids or needle in cmdline:
-            found.append(f"{entry.name}: {cmdline}")
+        if stat.pid in pids or stat.sid in pids or needle in cmdline:
+            found.append(f"{stat.pid}: {cmdline}")
     return found
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import Orchestrator
 from pytest_haico.stack.local import build_llm_service
 from pytest_haico.stack.profiles import HttpService
@@ -29,7 +30,6 @@ from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, 
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
-from tests.polling import is_alive
 
 JOB_ID = "731"
 HOST = socket.gethostname()

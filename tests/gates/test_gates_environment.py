@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.config.experiment import Arm
-from pytest_haico.gates.hostlist import expand_hostlist, node_names
 from pytest_haico.gates.static import (
     check_login_node,
     check_one_node,
@@ -61,23 +60,6 @@ def test_a_model_endpoint_whose_host_lacks_vllm_fails() -> None:
 # --- gate 3: login node ---
 
 
-def test_hostlists_expand_like_scontrol() -> None:
-    # What `scontrol show hostnames` printed for these on Slurm 22.05.
-    assert expand_hostlist("node[01-03,07],gpu5,rack[1-2]-n[1-2]") == [
-        "node01", "node02", "node03", "node07", "gpu5",
-        "rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2",
-    ]  # fmt: skip
-    assert expand_hostlist("n[009-011],n[8-10]") == [
-        "n009", "n010", "n011", "n8", "n9", "n10",
-    ]  # fmt: skip
-
-
-@pytest.mark.parametrize("text", ["a[1-x]", "n[3-1]", "n[1-3/2]", "n[1", "n]", "a,,b", ""])
-def test_invalid_hostlists_are_refused(text: str) -> None:
-    with pytest.raises(ValueError):
-        expand_hostlist(text)
-
-
 def test_the_login_node_gate_is_off_for_the_local_profile() -> None:
     result = check_login_node({}, cluster=False, hostname=HOST)
     assert result.passed
@@ -123,13 +105,6 @@ def test_scontrol_show_hostnames_is_asked_first(tmp_path: Path) -> None:
     environ = {"PATH": str(bin_dir), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-02]"}
     assert check_login_node(environ, cluster=True, hostname=HOST).passed
     assert (bin_dir / "scontrol.args").read_text().split() == ["show", "hostnames", "gpu[01-02]"]
-
-
-def test_a_failing_scontrol_falls_back_to_the_own_expansion(tmp_path: Path) -> None:
-    # As outside a job on a login node: no slurm.conf, status 1, nothing on stdout.
-    bin_dir = make_fake_scontrol(tmp_path / "bin", stdout="", status=1)
-    environ = {"PATH": str(bin_dir)}
-    assert node_names("gpu[06-07]", environ) == ["gpu06", HOST]
 
 
 def test_slurmd_nodename_counts_as_this_host() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -11,23 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.item_times import ItemTime, ItemTimes
 from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.ledger.verdicts import Verdict
-from pytest_haico.runner.walltime import (
-    JobEndTime,
-    WalltimeAdmission,
-    format_duration,
-    parse_scontrol_end_time,
-    parse_slurm_time,
-    parse_squeue_end_time,
-    run_command,
-)
+from pytest_haico.runner.walltime import JobEndTime, WalltimeAdmission
+from pytest_haico.slurm.client import Answer, NoAnswer, NotRun
+from pytest_haico.slurm.records import parse_slurm_time
 
 END = "2026-12-01T03:14:15"
 END_S = datetime.fromisoformat(END).timestamp()
 SQUEUE = ["squeue", "-h", "-j", "123", "-o", "%A %e"]
-SCONTROL = ["scontrol", "-o", "show", "job", "123"]
 MARGIN_S = 125.0
 
 
@@ -41,24 +33,33 @@ class Clock:
         return self.now
 
 
-Answer = str | BaseException
+MISSING, TIMEOUT = "not on PATH", "no answer"
+# What a command does: print this (status 0), exit non-zero (an `Answer`), or MISSING or
+# TIMEOUT, which raise what `slurm.client.run` raises then.
+Does = str | Answer
+
+
+def failing(command: str, stderr: str) -> Answer:
+    return Answer((command,), 1, "", stderr)
 
 
 class FakeSlurm:
-    """A `RunCommand` answering each command from a table; it records every call."""
+    """A `slurm.client.Run` answering each command from a table; it records every call."""
 
-    def __init__(self, squeue: Answer = f"123 {END}\n", scontrol: Answer = "") -> None:
-        self.answers: dict[str, Answer] = {"squeue": squeue, "scontrol": scontrol}
+    def __init__(self, squeue: Does = f"123 {END}\n", scontrol: Does = "") -> None:
+        self.answers: dict[str, Does] = {"squeue": squeue, "scontrol": scontrol}
         self.calls: list[tuple[list[str], float, Mapping[str, str] | None]] = []
 
     def __call__(
-        self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
-    ) -> str:
-        self.calls.append((list(argv), timeout_s, env))
+        self, argv: Sequence[str], *, environ: Mapping[str, str] | None, timeout_s: float
+    ) -> Answer:
+        self.calls.append((list(argv), timeout_s, environ))
         answer = self.answers[argv[0]]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
+        if answer == MISSING:
+            raise NotRun.missing(argv[0])
+        if answer == TIMEOUT:
+            raise NoAnswer(argv[0], timeout_s)
+        return answer if isinstance(answer, Answer) else Answer(tuple(argv), 0, answer)
 
     @property
     def commands(self) -> list[str]:
@@ -125,81 +126,33 @@ def make_record(stratum: str, verdict: Verdict, duration_s: float, item: int) ->
     )
 
 
-# -- Slurm's output ---------------------------------------------------------------------
-
-
-def test_a_slurm_timestamp_is_local_time_without_a_zone() -> None:
-    assert parse_slurm_time(END) == datetime(2026, 12, 1, 3, 14, 15).timestamp()
-    assert parse_slurm_time(f" {END}\n") == END_S
-
-
-@pytest.mark.parametrize("text", ["Unknown", "N/A", "NONE", "", "  \n"])
-def test_slurm_words_for_no_end_time_mean_no_limit(text: str) -> None:
-    assert parse_slurm_time(text) is None
-
-
-@pytest.mark.parametrize("text", ["garbage", "Tomorr 03:14", "0001-01-01T00:00:00"])
-def test_anything_else_is_not_a_timestamp(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_slurm_time(text)
-
-
-def test_squeue_line_is_picked_by_job_id_among_an_arrays_tasks() -> None:
-    # `squeue -j 2` of an array's base id lists its pending tasks (2) and a running one (3).
-    stdout = "2 2026-12-01T03:02:00\n3 2026-12-01T02:52:11\n"
-    assert parse_squeue_end_time(stdout, "3") == parse_slurm_time("2026-12-01T02:52:11")
-    assert parse_squeue_end_time(stdout, "2") == parse_slurm_time("2026-12-01T03:02:00")
-    assert parse_squeue_end_time("123 NONE\n", "123") is None
-    with pytest.raises(ValueError, match="no line for job 4"):
-        parse_squeue_end_time(stdout, "4")
-
-
-def test_scontrol_record_is_picked_by_job_id() -> None:
-    stdout = (
-        "JobId=2 ArrayJobId=2 ArrayTaskId=1-2 JobState=PENDING EndTime=2026-12-01T03:02:00 "
-        "Deadline=N/A\n"
-        "JobId=3 ArrayJobId=2 ArrayTaskId=0 JobState=RUNNING StartTime=2026-12-01T02:47:11 "
-        "EndTime=2026-12-01T02:52:11 Deadline=N/A\n"
-    )
-    assert parse_scontrol_end_time(stdout, "3") == parse_slurm_time("2026-12-01T02:52:11")
-    assert parse_scontrol_end_time("JobId=9 EndTime=Unknown\n", "9") is None
-    with pytest.raises(ValueError, match="no record of job 23"):
-        parse_scontrol_end_time(stdout, "23")
-    with pytest.raises(ValueError, match="no EndTime="):
-        parse_scontrol_end_time("JobId=9 JobState=RUNNING\n", "9")
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(-5, "0 s"), (0.4, "0 s"), (45, "45 s"), (250, "4 min 10 s"), (7500, "2 h 5 min")],
-)
-def test_durations_read_as_minutes_and_seconds(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
+# -- durations ----------------------------------------------------------------------------
 
 
 # -- the job's end time ------------------------------------------------------------------
 
 
-def test_the_end_time_comes_from_squeue_with_a_timeout_and_a_fixed_time_format() -> None:
-    slurm, clock = FakeSlurm(), Clock(END_S - 3600)
-    job = end_time(slurm, clock, env={"PATH": "/x", "SLURM_TIME_FORMAT": "relative"})
+def test_the_end_time_comes_from_squeue_with_the_timeout_of_a_query_in_a_run() -> None:
+    # The environment goes to Slurm's client as given: it keeps only the allow-listed part.
+    slurm, clock, env = FakeSlurm(), Clock(END_S - 3600), {"PATH": "/x"}
+    job = end_time(slurm, clock, env=env)
     assert job.refresh() == END_S
     assert job.end == END_S
-    assert slurm.calls == [(SQUEUE, 10.0, {"PATH": "/x", "SLURM_TIME_FORMAT": "standard"})]
+    assert slurm.calls == [(SQUEUE, 10.0, env)]
 
 
 @pytest.mark.parametrize(
     "failure",
     [
-        FileNotFoundError(2, "No such file or directory"),
-        subprocess.CalledProcessError(1, "squeue", "", "slurm_load_jobs error: Invalid job id"),
-        subprocess.TimeoutExpired("squeue", 10),
+        MISSING,
+        failing("squeue", "slurm_load_jobs error: Invalid job id"),
+        TIMEOUT,
         "garbage\n",
         "123 Tomorr 03:14\n",
     ],
     ids=["missing-command", "non-zero-exit", "timeout", "no-line-of-the-job", "unparsable"],
 )
-def test_scontrol_answers_when_squeue_cannot(failure: Answer) -> None:
+def test_scontrol_answers_when_squeue_cannot(failure: Does) -> None:
     slurm = FakeSlurm(squeue=failure, scontrol=f"JobId=123 JobState=RUNNING EndTime={END}\n")
     job = end_time(slurm, Clock(END_S - 3600))
     assert job.refresh() == END_S
@@ -207,10 +160,7 @@ def test_scontrol_answers_when_squeue_cannot(failure: Answer) -> None:
 
 
 def test_an_unreadable_end_time_admits_and_is_reported_once() -> None:
-    slurm = FakeSlurm(
-        squeue=FileNotFoundError(2, "No such file or directory"),
-        scontrol=subprocess.TimeoutExpired("scontrol", 10),
-    )
+    slurm = FakeSlurm(squeue=MISSING, scontrol=TIMEOUT)
     clock = Clock(END_S - 60)
     admit = admission(slurm, clock)
     measured(admit, "long", 3600)
@@ -221,7 +171,7 @@ def test_an_unreadable_end_time_admits_and_is_reported_once() -> None:
         "the last end time it read, and admits without a walltime limit until it has one. "
         "Check that squeue and scontrol work on this node (squeue -j 123)",
     )
-    slurm.answers["scontrol"] = subprocess.CalledProcessError(1, "scontrol", "", "down\n")
+    slurm.answers["scontrol"] = failing("scontrol", "down\n")
     clock.now += 300
     assert admit.refusal("long") is None
     assert slurm.commands == ["squeue", "scontrol"] * 2
@@ -232,7 +182,7 @@ def test_a_failed_refresh_keeps_the_last_known_end_time() -> None:
     slurm, clock = FakeSlurm(), Clock(END_S - 3600)
     job = end_time(slurm, clock)
     job.refresh()
-    slurm.answers["squeue"] = subprocess.TimeoutExpired("squeue", 10)
+    slurm.answers["squeue"] = TIMEOUT
     slurm.answers["scontrol"] = "slurm_load_jobs error\n"
     assert job.refresh() == END_S
 
@@ -283,12 +233,12 @@ class SlowSlurm(FakeSlurm):
         self.entered, self.release = threading.Event(), threading.Event()
 
     def __call__(
-        self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
-    ) -> str:
+        self, argv: Sequence[str], *, environ: Mapping[str, str] | None, timeout_s: float
+    ) -> Answer:
         if self.calls:
             self.entered.set()
             assert self.release.wait(5)
-        return super().__call__(argv, timeout_s=timeout_s, env=env)
+        return super().__call__(argv, environ=environ, timeout_s=timeout_s)
 
 
 def test_a_refresh_runs_in_the_background_and_one_at_a_time() -> None:
@@ -370,8 +320,8 @@ def test_item_times_come_from_every_ledger_of_the_arm(tmp_path: Path) -> None:
         make_record("long", Verdict.INTERRUPTED, 7000.0, 2),  # cut by a drain
         make_record("short", Verdict.EXPECTATION_FAILED, 20.0, 3),
     ]
-    (ledger / "7.1.jsonl").write_bytes(b"".join(r.to_line() for r in first) + b"not json\n")
-    second = make_record("long", Verdict.RECURSION_LIMIT, 542.0, 2).to_line()
+    (ledger / "7.1.jsonl").write_bytes(b"".join(record_line(r) for r in first) + b"not json\n")
+    second = record_line(make_record("long", Verdict.RECURSION_LIMIT, 542.0, 2))
     (ledger / "8.1.jsonl").write_bytes(second + second[:40])  # a torn last line
     warnings: list[str] = []
     times = ItemTimes.from_ledger_dir(ledger, warn=warnings.append)
@@ -469,28 +419,3 @@ def test_the_refusal_admits_rather_than_raise(caplog: pytest.LogCaptureFixture) 
     clock.broken = True
     assert admit.refusal("long") is None
     assert "walltime admission failed for stratum 'long'; admitting" in caplog.text
-
-
-# -- the default command runner ----------------------------------------------------------
-
-
-def test_commands_run_as_an_argv_without_a_shell() -> None:
-    code = "import os, sys; print(sys.argv[1], os.environ['X'])"
-    stdout = run_command([sys.executable, "-c", code, "$HOME;"], timeout_s=10, env={"X": "1"})
-    assert stdout == "$HOME; 1\n"
-
-
-@pytest.mark.parametrize(
-    ("argv", "error"),
-    [
-        (["/nonexistent/squeue"], FileNotFoundError),
-        ([sys.executable, "-c", "raise SystemExit(3)"], subprocess.CalledProcessError),
-        ([sys.executable, "-c", "import time; time.sleep(5)"], subprocess.TimeoutExpired),
-    ],
-    ids=["missing", "non-zero-exit", "timeout"],
-)
-def test_command_failures_raise_what_the_reader_expects(
-    argv: list[str], error: type[BaseException]
-) -> None:
-    with pytest.raises(error):
-        run_command(argv, timeout_s=0.5, env=None)

@@ -9,12 +9,9 @@ from datetime import datetime
 
 import pytest
 
-from pytest_haico.runner.walltime import (
-    JobEndTime,
-    WalltimeAdmission,
-    parse_slurm_time,
-    run_command,
-)
+from pytest_haico.runner.walltime import JobEndTime, WalltimeAdmission
+from pytest_haico.slurm import client
+from pytest_haico.slurm.records import parse_slurm_time
 from tests.slurm.cluster import SlurmCluster
 
 
@@ -36,12 +33,12 @@ class RecordingRun:
         self.commands: list[str] = []
 
     def __call__(
-        self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
-    ) -> str:
+        self, argv: Sequence[str], *, environ: Mapping[str, str] | None, timeout_s: float
+    ) -> client.Answer:
         self.commands.append(argv[0])
         if argv[0] in self.broken:
-            raise FileNotFoundError(2, "No such file or directory", argv[0])
-        return run_command(argv, timeout_s=timeout_s, env=env)
+            raise client.NotRun.missing(argv[0])
+        return client.run(argv, environ=environ, timeout_s=timeout_s)
 
 
 def inline(refresh: Callable[[], None]) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import HttpService, Orchestrator
-from pytest_haico.stack.procfs import is_alive
 
 LOADING_SERVICE = Path(__file__).with_name("loading_service.py")
 SETTING = "[vllm] start_stall_timeout_s of arms/demo.toml"

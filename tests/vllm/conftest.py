@@ -78,7 +78,7 @@ def standin_vllm(llm_server: LlmServers) -> ServerPair:
     scope="session",
     params=[
         pytest.param("standin"),
-        pytest.param("vllm", marks=[pytest.mark.vllm, pytest.mark.xdist_group("vllm")]),
+        pytest.param("vllm", marks=pytest.mark.vllm),
     ],
 )
 def servers(request: pytest.FixtureRequest) -> ServerPair:

@@ -16,7 +16,7 @@ from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
 from tests.vllm.real_vllm import CPU_EXTRA_ARGS, MAX_MODEL_LEN
 from tests.vllm.vllm_campaign import ARM, JOB_ID, TURN_TIMEOUT_S, VllmCampaign, log_header_argv
 
-pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm")]
+pytestmark = pytest.mark.vllm
 
 SCRIPTS = 3
 TURNS = 2

@@ -14,7 +14,7 @@ from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC, literal
 from tests.vllm.servers import Server, ServerPair
 from tests.vllm.vllm_campaign import VllmCampaign
 
-pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm")]
+pytestmark = pytest.mark.vllm
 
 # name -> (the server: with the tool flags or without, arm changes, the run's key: the
 # server's, another or none; the gate that fails, its failure line, `*` for what varies).

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 import socket
-import subprocess
 from collections.abc import Mapping
 
-SCONTROL_TIMEOUT_S = 10.0
+from pytest_haico.slurm import client
+
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 # Bounds a typo such as node[1-99999999] from allocating a list that large.
 _MAX_HOSTS = 100_000
@@ -89,24 +88,14 @@ def node_names(nodelist: str, environ: Mapping[str, str]) -> list[str]:
 
     Raises `ValueError` when neither can read the list.
     """
-    scontrol = shutil.which("scontrol", path=environ.get("PATH"))
-    if scontrol is not None:
-        try:
-            done = subprocess.run(
-                [scontrol, "show", "hostnames", nodelist],
-                env=dict(environ),
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=SCONTROL_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            done = None
-        # An invalid list makes scontrol print an error and nothing else, with status 0.
-        if done is not None and done.returncode == 0 and done.stdout.strip():
-            return done.stdout.split()
+    argv = ["scontrol", "show", "hostnames", nodelist]
+    try:
+        shown = client.run(argv, environ=environ, timeout_s=client.IN_JOB_TIMEOUT_S)
+    except client.SlurmError:
+        shown = None
+    # An invalid list makes scontrol print an error and nothing else, with status 0.
+    if shown is not None and shown.ok and shown.stdout.strip():
+        return shown.stdout.split()
     return expand_hostlist(nodelist)
 
 
