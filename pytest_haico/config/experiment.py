@@ -45,6 +45,9 @@ from pytest_haico.errors import ConfigError
 _M = TypeVar("_M", bound=BaseModel)
 
 _MAX_START_TIMEOUT_S = 86_400  # a day: beyond any model load, below a typo's extra 000
+# vLLM's start-up log can be silent for half a minute between two lines on a busy node (its
+# imports, the engine's own start); two minutes of silence is a hang.
+DEFAULT_START_STALL_TIMEOUT_S = 120.0
 
 ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
 TAG = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -99,13 +102,19 @@ class VllmSection(_Section):
     enable_tool_calling: bool = True
     tool_call_parser: ParserName | None = "hermes"
     extra_args: list[Text] = Field(default_factory=list)
-    # Spawn to healthy (cluster profile): a large model loads for tens of minutes from a
-    # shared file system. Not result-relevant, so excluded from model_dump and with it
-    # from the item_id: raising it after a timed-out load must not make every finished
-    # item new. (run-config has to record it by name.)
+    # The wait for vLLM (cluster profile): a large model loads for tens of minutes from a
+    # shared file system, so there is no deadline (unless start_timeout_s sets one) while
+    # its log advances; the wait ends once its log has said nothing for
+    # start_stall_timeout_s. Not result-relevant, so excluded from model_dump and with it
+    # from the item_id: raising one after a failed load must not make every finished item
+    # new. (run-config has to record them by name.)
     start_timeout_s: Annotated[
+        Annotated[float, Field(gt=0, le=_MAX_START_TIMEOUT_S), Finite] | None,
+        Field(exclude=True),
+    ] = None
+    start_stall_timeout_s: Annotated[
         float, Field(gt=0, le=_MAX_START_TIMEOUT_S, exclude=True), Finite
-    ] = 1800.0
+    ] = DEFAULT_START_STALL_TIMEOUT_S
 
     @model_validator(mode="after")
     def _parser_when_calling_tools(self) -> VllmSection:

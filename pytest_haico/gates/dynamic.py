@@ -47,6 +47,14 @@ PROBE_TOOL: dict[str, Any] = {
     },
 }
 
+# The same tool with its arguments pinned to the schema: vLLM >= 0.32 constrains a forced
+# call's arguments only for a `strict` tool (--tool-strict-level auto), earlier releases every
+# forced call. The structure probe sends this one, and checks that the arguments conform.
+STRICT_PROBE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {**PROBE_TOOL["function"], "strict": True},
+}
+
 _SERVER_FIX = (
     "check the model server's log (runs/<run_id>/logs/): it may have died or be loading "
     "still; a GPU fault keeps /health at 200 — resubmit to get another node"
@@ -63,6 +71,11 @@ _KEY_FIX = (
     "VLLM_API_KEY as this run"
 )
 
+# Only a model server started elsewhere leaves a run without a key.
+_NO_KEY_FIX = (
+    "set HAICO_MODEL_API_KEY to the key the model server was started with (its VLLM_API_KEY)"
+)
+
 
 async def _models(
     client: httpx.AsyncClient, api_base: str, api_key: str, timeout_s: float
@@ -72,6 +85,11 @@ async def _models(
     reply = await get(client, url, headers=bearer(api_key), timeout_s=timeout_s)
     if reply.status is None:
         return failed(SERVED_MODEL, f"GET {url}: {reply.describe()}", _SERVER_FIX)
+    if reply.status == 401 and not api_key:
+        why = (
+            f"GET {url} without a key: {reply.describe()} (the server wants one; the run has none)"
+        )
+        return failed(SERVED_MODEL, why, _NO_KEY_FIX)
     if reply.status == 401:
         why = f"GET {url} with the run's key: {reply.describe()} (the server has another key)"
         return failed(SERVED_MODEL, why, _KEY_FIX)
@@ -243,17 +261,18 @@ async def check_tool_call_structure(
     attempts: int = 3,
     timeout_s: float = 60.0,
 ) -> GateResult:
-    """A named ``tool_choice`` gets a call of that tool: ``finish_reason`` "stop" or
-    "tool_calls", content "" or null. Whether the arguments are valid is recorded in the
-    detail, not gated (that is the model's quality). The first guided request compiles a
-    grammar: hence the long timeout."""
+    """A named ``tool_choice`` of a strict tool gets a call of that tool whose arguments
+    conform to its schema: ``finish_reason`` "stop" or "tool_calls", content "" or null. The
+    server constrains those arguments (guided decoding), so a 200 with arguments that do not
+    conform is its failure, not the model's. The first guided request compiles a grammar:
+    hence the long timeout."""
 
     def body(attempt: int) -> dict[str, Any]:
         text = f'Call {PROBE_TOOL_NAME} with the answer "ok". (pytest-haico gate, {attempt})'
         return {
             "model": arm.served_name,
             "messages": [{"role": "user", "content": text}],
-            "tools": [PROBE_TOOL],
+            "tools": [STRICT_PROBE_TOOL],
             "tool_choice": {"type": "function", "function": {"name": PROBE_TOOL_NAME}},
             "max_tokens": max_tokens,
             "temperature": 0.0,
@@ -270,7 +289,7 @@ async def check_tool_call_structure(
     choices = reply.body.get("choices") if isinstance(reply.body, dict) else None
     if reply.status != 200 or not isinstance(choices, list) or not choices:
         return failed(TOOL_CALL_STRUCTURE, f"{named}: {reply.describe()}", _SERVER_FIX)
-    problem, arguments = _structure_problem(choices[0], max_tokens)
+    problem = _structure_problem(choices[0], max_tokens)
     if problem is not None:
         return failed(
             TOOL_CALL_STRUCTURE,
@@ -278,33 +297,35 @@ async def check_tool_call_structure(
             "the server's guided decoding does not produce tool calls: check the vLLM version "
             "and its structured-output backend (VLLM_VENV, [vllm] extra_args)",
         )
-    return passed(TOOL_CALL_STRUCTURE, f"{named}: a call of it, {arguments}")
+    return passed(TOOL_CALL_STRUCTURE, f"{named}: a call of it, arguments conform")
 
 
-def _structure_problem(choice: Any, max_tokens: int) -> tuple[str | None, str]:
-    """(what is wrong with the choice, None if nothing; whether the arguments were valid)."""
+def _structure_problem(choice: Any, max_tokens: int) -> str | None:
+    """What is wrong with the choice, None if nothing."""
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
-        return "the answer has no message", ""
+        return "the answer has no message"
     message, reason = choice["message"], choice.get("finish_reason")
     if reason == "length":
-        return f"truncated at max_tokens {max_tokens} (finish_reason 'length')", ""
+        return f"truncated at max_tokens {max_tokens} (finish_reason 'length')"
     if reason not in ("stop", "tool_calls"):
-        return f"finish_reason {reason!r}, expected 'stop' or 'tool_calls'", ""
+        return f"finish_reason {reason!r}, expected 'stop' or 'tool_calls'"
     if message.get("content") not in ("", None):
-        return f"content {str(message.get('content'))[:80]!r} next to the call, expected none", ""
+        return f"content {str(message.get('content'))[:80]!r} next to the call, expected none"
     calls = message.get("tool_calls")
     first = calls[0] if isinstance(calls, list) and calls else None
     function = first.get("function") if isinstance(first, dict) else None
     if not isinstance(function, dict) or function.get("name") != PROBE_TOOL_NAME:
-        return f"no call of {PROBE_TOOL_NAME} in tool_calls ({str(calls)[:120]})", ""
-    return None, _judge_arguments(function.get("arguments"))
+        return f"no call of {PROBE_TOOL_NAME} in tool_calls ({str(calls)[:120]})"
+    if not _conforms(function.get("arguments")):
+        arguments = str(function.get("arguments"))[:80]
+        return f"arguments {arguments!r} do not conform to the strict tool's schema"
+    return None
 
 
-def _judge_arguments(arguments: Any) -> str:
+def _conforms(arguments: Any) -> bool:
+    """The probe tool's schema: an object whose one required property `answer` is a string."""
     try:
         decoded = json.loads(arguments) if isinstance(arguments, str) else None
     except ValueError:
-        decoded = None
-    if isinstance(decoded, dict) and isinstance(decoded.get("answer"), str):
-        return "arguments valid"
-    return f"arguments invalid ({str(arguments)[:80]!r}; recorded, not gated)"
+        return False
+    return isinstance(decoded, dict) and isinstance(decoded.get("answer"), str)

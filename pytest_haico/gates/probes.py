@@ -73,7 +73,9 @@ def error_message(body: Any, text: str) -> str:
 
 
 def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+    """The Authorization header for `token`; none for no token ("Bearer " alone is no valid
+    header: h11 refuses to send it)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 async def get(

@@ -2,8 +2,8 @@
 
 The .env file is KEY=VALUE, sorted, each value quoted for bash (`source` it); the .json
 file holds the same values plus what does not fit a line (the model server's models and
-its metrics at the arm's start and end). Both are rewritten whole or not at all whenever
-something is added, and pass the run's redaction filter first.
+its metrics at the arm's start and end, from `model_server`). Both are rewritten whole or not
+at all whenever something is added, and pass the run's redaction filter first.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import platform
 import shlex
 import socket
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from pytest_haico import __version__
 from pytest_haico.config.experiment import Arm
@@ -37,21 +35,12 @@ COMPARED = (
     "PYTHON_VERSION",
     "POSTGRES_VERSION",
     "SLURM_VERSION",
+    "MODEL_SERVER",
+    "MODEL_SERVER_VERSION",
     "VLLM_VERSION",
     "GPUS",
     "MODEL_IDENTITY",
     "BACKEND_IDENTITY",
-)
-# The vLLM metrics a run keeps (requests still running at the end were abandoned but
-# still generating).
-METRICS = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:num_preemptions_total",
-    "vllm:gpu_cache_usage_perc",
-    "vllm:kv_cache_usage_perc",
 )
 _SECRET_VARIABLES = frozenset({"VLLM_API_KEY"})
 
@@ -118,6 +107,7 @@ def knob_values(settings: Settings, arm: Arm) -> dict[str, str]:
     values.update(_flatten("ARM", arm.model_dump(mode="json")))
     # Left out of model_dump (and so of the item_id): not result-relevant, but what ran.
     values["ARM_VLLM_START_TIMEOUT_S"] = _text(arm.vllm.start_timeout_s)
+    values["ARM_VLLM_START_STALL_TIMEOUT_S"] = _text(arm.vllm.start_stall_timeout_s)
     if arm.model.hf_id:
         values["MODEL_PINNED"] = "1" if arm.model.revision else "0"
     return values
@@ -145,63 +135,6 @@ def host_values(job: SlurmJob, experiments: Path, environ: Mapping[str, str]) ->
         if name.startswith("VLLM_") and name not in _SECRET_VARIABLES:
             values[f"ENV_{name}"] = value
     return values
-
-
-def model_server_values(
-    base_url: str, api_key: str, *, timeout: float = 5.0
-) -> tuple[dict[str, str], dict[str, Any]]:
-    """From the model server: its version (GET /version) and its models (GET /v1/models)."""
-    values: dict[str, str] = {}
-    details: dict[str, Any] = {}
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=timeout, trust_env=False) as c:
-        version = _get_json(c, "/version")
-        values["VLLM_VERSION"] = str(version.get("version", "unknown")) if version else "unknown"
-        models = _get_json(c, "/v1/models")
-        data = models.get("data", []) if models else []
-        details["models"] = [
-            {key: m.get(key) for key in ("id", "root", "max_model_len")}
-            for m in data
-            if isinstance(m, dict)
-        ]
-    return values, details
-
-
-def model_server_metrics(base_url: str, *, timeout: float = 5.0) -> dict[str, float]:
-    """The vLLM metrics of `METRICS` from GET /metrics (Prometheus text), summed over labels."""
-    try:
-        response = httpx.get(f"{base_url}/metrics", timeout=timeout, trust_env=False)
-    except httpx.HTTPError:
-        return {}
-    if response.status_code != 200:
-        return {}
-    return parse_metrics(response.text.splitlines())
-
-
-def parse_metrics(lines: Iterable[str]) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for line in lines:
-        if not line or line.startswith("#"):
-            continue
-        name_and_labels, _, rest = line.partition(" ")
-        name = name_and_labels.split("{", 1)[0]
-        if name not in METRICS:
-            continue
-        try:
-            value = float(rest.split()[0])
-        except (ValueError, IndexError):
-            continue
-        found[name] = found.get(name, 0.0) + value
-    return found
-
-
-def _get_json(client: httpx.Client, path: str) -> dict[str, Any] | None:
-    try:
-        response = client.get(path)
-        body = response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    return body if isinstance(body, dict) else None
 
 
 def _gpus(environ: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from pytest_haico.errors import DumpError
 from pytest_haico.provenance.dumps import DumpKind
+from pytest_haico.provenance.model_server import startup_values
 from pytest_haico.provenance.runconfig import RunConfig, previous_run
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_request import ArmRunRequest
@@ -72,7 +73,8 @@ class ArmProvenance:
 
     def record_start(self, stack: RunStack, *, redactor: Redactor) -> None:
         """run-config.env/.json: the knobs, the host, the versions, the ports, the model
-        server's own account; and what changed since the arm's previous run."""
+        server's own account (and vLLM's start-up arguments from its log); and what changed
+        since the arm's previous run."""
         self._stack = stack
         config = RunConfig(
             self._run_dir, redactor=redactor, file_mode=self._request.recorder.file_mode
@@ -94,8 +96,10 @@ class ArmProvenance:
         if isinstance(stack, AttachedStack):  # where its services' logs and dumps are
             config.update({"KEPT_STACK": str(stack.state.directory)})
         values, details = self._values(stack.llm_url, stack.api_key)
-        config.update(values)
-        for key, value in details.items():
+        # What vLLM says it started with, from its log (a server started elsewhere: none).
+        startup, startup_details = startup_values(stack.log_paths.get("llm"))
+        config.update({**values, **startup})
+        for key, value in {**details, **startup_details}.items():
             config.detail(key, value)
         config.detail("metrics_start", self._metrics(stack.llm_url))
         config.write()

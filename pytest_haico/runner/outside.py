@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.provenance.dumps import DatabaseDumps
-from pytest_haico.provenance.runconfig import model_server_metrics, model_server_values
+from pytest_haico.provenance.model_server import model_server_metrics, model_server_values
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_provenance import Dumps, ModelServerMetrics, ModelServerValues
 from pytest_haico.runner.arm_request import ArmRunRequest

@@ -5,8 +5,9 @@
   [--tensor-parallel-size <tp>] [--data-parallel-size <dp>] [--revision <rev>]
   <extra_args>`, not containerised; its key in `VLLM_API_KEY`, never in argv; the host
   environment with the venv activated and `HF_HUB_OFFLINE=1` (a campaign never
-  downloads). The wait for it has the arm's `start_timeout_s` and logs every 30 s what
-  its log last said.
+  downloads). It is waited for while it lives and its log advances: the wait ends once
+  the log has said nothing for the arm's `start_stall_timeout_s` (or at the optional
+  `start_timeout_s`), and logs every 30 s what the log last said.
 * Postgres: `postgres -D` in `POSTGRES_IMAGE`, through `apptainer exec` (`PostgresService`
   with an `Apptainer` launcher), data under the node-local `$TMPDIR`.
 * The backend: `haico-backend --host 127.0.0.1 --port <port>` in the backend image, with the
@@ -175,6 +176,8 @@ def build_vllm_service(
         inherit_env=False,
         health_path="/health",
         start_timeout=arm.vllm.start_timeout_s,
+        stall_timeout_s=arm.vllm.start_stall_timeout_s,
+        stall_setting=f"[vllm] start_stall_timeout_s of arms/{arm.name}.toml",
         # vLLM's own SIGTERM handling takes its engine and GPU workers down with it.
         death_signal=signal.SIGTERM,
         secrets=(api_key,),

@@ -33,7 +33,7 @@ class HttpService:
     health_headers: Mapping[str, str] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
     waits_for: tuple[str, ...] = ()
-    start_timeout: float = 60.0
+    start_timeout: float | None = 60.0  # spawn to healthy; None: no deadline
     stop_signal: signal.Signals = signal.SIGTERM
     death_signal: signal.Signals | None = signal.SIGKILL
     secrets: tuple[str, ...] = ()
@@ -44,7 +44,11 @@ class HttpService:
     inherit_env: bool = True  # False: `env()` is the whole environment, not an addition
     # A backend: the inherited environment without model providers' keys or tracing.
     provider_free: bool = False
-    progress_every_s: float | None = None  # how often the wait for it logs its log's last line
+    # The wait's other limit and its reports (`StartWatch`): seconds its log may stay
+    # unchanged while it starts, where that is set, how often the wait logs its last line.
+    stall_timeout_s: float | None = None
+    stall_setting: str | None = None
+    progress_every_s: float | None = None
 
     @property
     def url(self) -> str:

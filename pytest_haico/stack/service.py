@@ -27,7 +27,8 @@ from pytest_haico.procfs import (
     session_listens,
 )
 from pytest_haico.redact import Redactor
-from pytest_haico.stack.service_log import LOG_HEADER, read_last_log_line, read_log_tail
+from pytest_haico.stack.service_log import LOG_HEADER, read_log_tail
+from pytest_haico.stack.start_wait import StartWatch
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ class Service(Protocol):
       (retrying, its probe failing until they answer): it is spawned once their ports
       are claimed, so its start overlaps theirs, counts as healthy only once they are,
       and is respawned if one of them moves to another port;
-    * `start_timeout`: seconds from spawn to healthy;
+    * `start_timeout`: seconds from spawn to healthy (None: no deadline; `start_wait` has
+      the limit on a silent log that a service may have instead);
     * `reserve()` runs once, in the orchestrator's thread, before `prepare`: it makes
       what `cleanup_paths` names, which the registry records before `prepare` fills it;
     * `prepare(log)` runs once, in a worker thread, before the first spawn;
@@ -64,9 +66,9 @@ class Service(Protocol):
       port); `probe(port)` is one health check and never raises; `on_healthy(port)`
       once it passes; `cleanup()` after the process stopped (and prepare returned).
 
-    Optional: a `progress_every_s` attribute (seconds, None: never) makes the wait for it
-    log, that often, what its log last said (a model server loading its weights for
-    tens of minutes says which shard it is at).
+    Optional: `stall_timeout_s`, `stall_setting` and `progress_every_s` attributes (see
+    `StartWatch`): a model server loading its weights for tens of minutes is waited for
+    while its log advances, and says which shard it is at.
     """
 
     @property
@@ -76,7 +78,7 @@ class Service(Protocol):
     @property
     def waits_for(self) -> tuple[str, ...]: ...
     @property
-    def start_timeout(self) -> float: ...
+    def start_timeout(self) -> float | None: ...
     @property
     def stop_signal(self) -> signal.Signals: ...
     @property
@@ -185,7 +187,7 @@ class ServiceProcess:
         self._status: int | None = None
         self._log_offset = 0
         self._stopped = False
-        self._progress_at: float | None = None  # when the wait last reported progress
+        self._watch: StartWatch | None = None  # the limits on this attempt's start
 
     @property
     def healthy_seconds(self) -> float | None:
@@ -235,6 +237,9 @@ class ServiceProcess:
                 raise StackError(f"{name}: could not start {argv[0]}: {exc}") from exc
         assert self._proc is not None
         self.spawned_at = time.monotonic()
+        self._watch = StartWatch(
+            self.service, self.log_path, offset=self._log_offset, spawned_at=self.spawned_at
+        )
         self.pid = self._proc.pid
         stat = read_proc_stat(self.pid)
         self.start_time = stat.start_time if stat is not None else None
@@ -284,7 +289,7 @@ class ServiceProcess:
         """
         if self.healthy_at is not None:
             return True
-        if self._proc is None or self.spawned_at is None:
+        if self._proc is None or self._watch is None:
             raise StackError(f"{self.service.name}: check() before spawn()")
         status = self.exit_status()
         if status is not None:
@@ -306,30 +311,12 @@ class ServiceProcess:
             self.healthy_at = time.monotonic()
             logger.info("%s: healthy after %.2f s", self.service.name, self.healthy_seconds)
             return True
-        timeout = self.service.start_timeout
         now = time.monotonic()
-        if now - self.spawned_at > timeout:
-            raise StackError(self._failure(f"was not healthy within {timeout:g} s"))
-        self._report_progress(now)
+        overdue = self._watch.overdue(now)
+        if overdue is not None:
+            raise StackError(self._failure(overdue))
+        self._watch.report_progress(now)
         return False
-
-    def _report_progress(self, now: float) -> None:
-        """Every `progress_every_s` of the wait, log what the service's log last said."""
-        every: float | None = getattr(self.service, "progress_every_s", None)
-        assert self.spawned_at is not None
-        if not every or now - (self._progress_at or self.spawned_at) < every:
-            return
-        self._progress_at = now
-        last = read_last_log_line(
-            self.log_path, offset=self._log_offset, secrets=self.service.secrets
-        )
-        logger.info(
-            "%s: not healthy yet after %.0f s (timeout %g s); its log last said: %s",
-            self.service.name,
-            now - self.spawned_at,
-            self.service.start_timeout,
-            last if last is not None else "(nothing yet)",
-        )
 
     def wait_healthy(self, *, poll: float = 0.05) -> None:
         """Block until `check` passes or raises."""

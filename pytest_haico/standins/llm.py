@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from pytest_haico import __version__
 from pytest_haico.standins.engine_stats import METRICS_CONTENT_TYPE, EngineStats, render_metrics
 from pytest_haico.standins.openai_wire import (
     ChatRequest,
@@ -57,6 +58,8 @@ from pytest_haico.standins.vllm_versions import (
 )
 
 logger = logging.getLogger("pytest_haico.standins.llm")
+# The field of GET /version by which the stand-in says it is one (pytest-haico's version).
+STANDIN_VERSION_FIELD = "haico_standin"
 
 API_KEY_ENV = "VLLM_API_KEY"
 # vLLM's default --max-num-seqs (V1 engine, most GPUs).
@@ -198,7 +201,11 @@ class _LlmApp:
         return Response(status_code=200)
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": self.settings.vllm_version.text})
+        # The release it imitates, as vLLM answers; and, unlike vLLM, what it is: a run's
+        # provenance must not say a vLLM served it.
+        return JSONResponse(
+            {"version": self.settings.vllm_version.text, STANDIN_VERSION_FIELD: __version__}
+        )
 
     async def metrics(self, request: Request) -> Response:
         text = render_metrics(

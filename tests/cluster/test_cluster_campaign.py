@@ -15,17 +15,17 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from pytest_haico.procfs import is_alive, iter_processes
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import Orchestrator
 from pytest_haico.stack.local import build_llm_service
 from pytest_haico.stack.profiles import HttpService
+from tests.cluster.compute_node import enter_compute_node, survivors
 from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, ShimSite
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
@@ -46,31 +46,6 @@ BACKEND_AS_COMMAND = (
     + " --port {port}"
 )
 SHARED_KEY = "the-shared-model-key-of-another-job"
-# Writes the secrets and the service processes of every stack the session started to
-# $HAICO_TEST_STACKS (outside the results directory) when pytest ends: the secrets the test
-# then looks for everywhere else, the processes that must be gone.
-STACKS_CONFTEST = """
-import json
-import os
-from pathlib import Path
-
-from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
-
-
-def pytest_unconfigure(config):
-    runs = config.stash.get(ARM_RUNS_KEY, None)
-    stacks = [run.stack for run in runs.runs.values()] if runs is not None else []
-    stacks = [stack for stack in stacks if stack is not None]
-    found = {
-        "secrets": [secret for stack in stacks for secret in stack.secrets],
-        "pids": {
-            name: process.pid
-            for stack in stacks
-            for name, process in stack.orchestrator.processes.items()
-        },
-    }
-    Path(os.environ["HAICO_TEST_STACKS"]).write_text(json.dumps(found))
-"""
 
 
 @dataclass
@@ -114,38 +89,6 @@ def make_model_dir(directory: Path) -> Path:
     return directory
 
 
-def make_fake_slurm(directory: Path, *, job_id: str, host: str, end: datetime) -> Path:
-    """`squeue` and `scontrol` printing what Slurm's print for running job `job_id` on `host`
-    (its end time in local time, as Slurm prints it); put `directory` on PATH."""
-    directory.mkdir(parents=True)
-    end_time = end.strftime("%Y-%m-%dT%H:%M:%S")
-    start_time = (end - timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M:%S")
-    record = (
-        f"JobId={job_id} JobName=campaign UserId=researcher(1000) GroupId=researcher(1000) "
-        f"JobState=RUNNING Reason=None RunTime=00:10:00 TimeLimit=04:00:00 "
-        f"StartTime={start_time} EndTime={end_time} Partition=gpu NodeList={host} "
-        f"BatchHost={host} NumNodes=1 NumCPUs=16 TRES=cpu=16,mem=64G,node=1,gres/gpu=2"
-    )
-    scripts = {
-        # squeue -h -j <id> -o '%A %e'
-        "squeue": f"#!/bin/sh\nprintf '%s %s\\n' '{job_id}' '{end_time}'\n",
-        # scontrol show hostnames <list> | -o show job <id> | --version
-        "scontrol": (
-            "#!/bin/sh\n"
-            'case "$1" in\n'
-            "  --version) echo 'slurm 23.11.4' ;;\n"
-            f"  show) echo '{host}' ;;\n"
-            f"  -o) echo '{record}' ;;\n"
-            "  *) echo \"scontrol: error: invalid command '$1'\" >&2; exit 1 ;;\n"
-            "esac\n"
-        ),
-    }
-    for name, text in scripts.items():
-        (directory / name).write_text(text)
-        (directory / name).chmod(0o755)
-    return directory
-
-
 @pytest.fixture
 def cluster_campaign(
     campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
@@ -176,45 +119,17 @@ def cluster_campaign(
         )
         campaign.simple_scripts(*SCRIPTS)
         campaign.write("test_conversations.py", CONVERSATION_MODULE)
-        campaign.write("conftest.py", STACKS_CONFTEST)
-        slurm_bin = make_fake_slurm(
-            campaign.root / "slurm-bin",
+        stacks_file = enter_compute_node(
+            campaign,
+            monkeypatch,
             job_id=JOB_ID,
             host=HOST,
-            end=datetime.now() + timedelta(hours=2),
-        )
-        stacks_file = campaign.root / "stacks.json"
-        environ = {
-            "SLURM_JOB_ID": JOB_ID,
-            "SLURM_JOB_NODELIST": HOST,
-            "SLURM_JOB_NUM_NODES": "1",
-            "CUDA_VISIBLE_DEVICES": "0,1",
-            "PATH": f"{slurm_bin}:{site.environ['PATH']}",  # the shims' bin dir next
-            "HAICO_TEST_STACKS": str(stacks_file),
+            gpus="0,1",
+            path=site.environ["PATH"],  # the shims' bin dir next
             # A user's own key: it must reach no container and no results file.
-            "OPENAI_API_KEY": HOST_SECRET,
-            "APPTAINERENV_OPENAI_API_KEY": HOST_SECRET,
-        }
-        for name, value in environ.items():
-            monkeypatch.setenv(name, value)
-        for name in ("OPENAI_ENDPOINT_URL", "SLURM_NNODES", "SLURM_NODELIST", "VLLM_VENV"):
-            monkeypatch.delenv(name, raising=False)
+            environ={"OPENAI_API_KEY": HOST_SECRET, "APPTAINERENV_OPENAI_API_KEY": HOST_SECRET},
+        )
         yield ClusterCampaign(campaign, site, stacks_file)
-
-
-def _survivors(pids: Iterable[int], needle: str) -> list[str]:
-    """Live processes that are one of `pids`, in one of their sessions (each service runs in
-    its own), or whose command line names `needle`."""
-    pids = set(pids)
-    found = []
-    for stat in iter_processes():
-        try:
-            cmdline = Path(f"/proc/{stat.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if stat.pid in pids or stat.sid in pids or needle in cmdline:
-            found.append(f"{stat.pid}: {cmdline}")
-    return found
 
 
 def test_a_campaign_runs_on_the_cluster_profile_with_every_gate_passed_and_no_leak(
@@ -264,8 +179,16 @@ def test_a_campaign_runs_on_the_cluster_profile_with_every_gate_passed_and_no_le
         "BACKEND_CONFIG_HAICO_RATE_LIMIT_ENABLED": "0",
         "BACKEND_CONFIG_HAICO_MAX_TOKENS": config["ARM_GENERATION_MAX_TOKENS"],
     }
-    assert config["ARM_VLLM_START_TIMEOUT_S"] == "1800.0"
+    # No deadline (empty, quoted for bash) while the log advances; two minutes of silence.
+    assert (config["ARM_VLLM_START_TIMEOUT_S"], config["ARM_VLLM_START_STALL_TIMEOUT_S"]) == (
+        "''",
+        "120.0",
+    )
     assert config["SLURM_JOB_ID"] == JOB_ID
+    # The shim's `vllm serve` logs vLLM's start-up line, then execs the stand-in, which says
+    # it is one.
+    assert (config["MODEL_SERVER"], "VLLM_VERSION" in config) == ("standin", False)
+    assert "'tensor_parallel_size': 2" in _run_config(run)["VLLM_NON_DEFAULT_ARGS"]
     assert config["CUDA_VISIBLE_DEVICES"] == "0,1"
     # vLLM was the venv's (the shim says what `vllm serve` was given), Postgres and the
     # backend ran from their SIFs through apptainer.
@@ -282,7 +205,7 @@ def test_a_campaign_runs_on_the_cluster_profile_with_every_gate_passed_and_no_le
 
     stacks = json.loads(cluster_campaign.stacks_file.read_text())
     assert set(stacks["pids"]) == {"llm", "postgres", "backend"}
-    assert not _survivors(stacks["pids"].values(), str(cluster_campaign.site.root))
+    assert not survivors(stacks["pids"].values(), str(cluster_campaign.site.root))
     secrets = stacks["secrets"]
     # The model key, the admin token, Postgres' password and its read-only role's.
     assert len(secrets) == 4 and all(len(secret) >= 16 for secret in secrets)
@@ -378,7 +301,7 @@ def _check_no_leak(
     children) is left, and no secret of the stack, nor `extra`, is in the output or results."""
     stacks = json.loads(cluster_campaign.stacks_file.read_text())
     assert set(stacks["pids"]) == services
-    assert not _survivors(stacks["pids"].values(), str(cluster_campaign.site.root))
+    assert not survivors(stacks["pids"].values(), str(cluster_campaign.site.root))
     secrets = stacks["secrets"]
     assert len(secrets) == 4 and all(len(secret) >= 16 for secret in secrets)
     for needle in (*secrets, HOST_SECRET, *extra):

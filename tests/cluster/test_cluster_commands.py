@@ -82,7 +82,9 @@ def test_vllm_runs_from_the_venv_with_the_arms_flags_and_its_key_in_the_environm
         "VLLM_API_KEY": stack.api_key,
     }
     assert stack.api_key not in " ".join(command.argv)
-    assert (stack.llm.start_timeout, stack.llm.progress_every_s) == (1800.0, 30.0)
+    assert (stack.llm.start_timeout, stack.llm.stall_timeout_s) == (None, 120.0)
+    assert stack.llm.stall_setting == "[vllm] start_stall_timeout_s of arms/qwen32b.toml"
+    assert stack.llm.progress_every_s == 30.0
     assert stack.model_endpoint == "http://vllm.localhost:25000/v1"
 
 
@@ -374,13 +376,18 @@ def test_an_arm_without_weights_cannot_run_on_the_cluster(
         _build(shim_site, tmp_path, arm=Arm.model_validate({"name": "bare"}))
 
 
-def test_the_start_timeout_is_an_arm_setting_that_leaves_the_item_id_alone() -> None:
+@pytest.mark.parametrize(
+    ("key", "default"), [("start_timeout_s", None), ("start_stall_timeout_s", 120.0)]
+)
+def test_the_start_timeouts_are_arm_settings_that_leave_the_item_id_alone(
+    key: str, default: float | None
+) -> None:
     script = Script.model_validate({"id": "s", "turns": [{"user": "Hi"}]})
     vllm = ARM.vllm.model_dump()
-    patient = Arm.model_validate({**ARM.model_dump(), "vllm": {**vllm, "start_timeout_s": 7200}})
-    assert (ARM.vllm.start_timeout_s, patient.vllm.start_timeout_s) == (1800.0, 7200.0)
+    patient = Arm.model_validate({**ARM.model_dump(), "vllm": {**vllm, key: 7200}})
+    assert (getattr(ARM.vllm, key), getattr(patient.vllm, key)) == (default, 7200.0)
     ids = {item_id(arm, script, 0, model="m", backend="b") for arm in (ARM, patient)}
-    assert len(ids) == 1  # raising it after a timed-out load reruns nothing
+    assert len(ids) == 1  # raising it after a failed load reruns nothing
     for bad in (0, 86_401):
-        with pytest.raises(ValidationError, match=r"vllm\.start_timeout_s"):
-            Arm.model_validate({"name": "x", "vllm": {"start_timeout_s": bad}})
+        with pytest.raises(ValidationError, match=rf"vllm\.{key}"):
+            Arm.model_validate({"name": "x", "vllm": {key: bad}})

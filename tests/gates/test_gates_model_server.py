@@ -155,6 +155,19 @@ async def test_another_key_fails_the_first_gate(
 
 
 @pytest.mark.asyncio
+async def test_a_run_without_a_key_fails_the_first_gate_naming_the_variable(
+    client: httpx.AsyncClient, servers: dict[str, LlmServer]
+) -> None:
+    server = servers["helpful"]
+    (result,) = await arun_gates(model_gates(client, server, key=""))
+    assert result.failure_line == (
+        f"gate served_model failed: GET {api_base(server)}/models without a key: HTTP 401: "
+        "Unauthorized (the server wants one; the run has none); set HAICO_MODEL_API_KEY to "
+        "the key the model server was started with (its VLLM_API_KEY)"
+    )
+
+
+@pytest.mark.asyncio
 async def test_a_server_without_a_key_fails_the_key_gate(
     client: httpx.AsyncClient, servers: dict[str, LlmServer]
 ) -> None:

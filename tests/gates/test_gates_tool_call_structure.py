@@ -1,5 +1,6 @@
-"""The named-choice probe checks the tool call's structure only: shapes real vLLM answers
-with pass, whatever the arguments; a truncated or chatty answer fails (MockTransport)."""
+"""The named-choice probe of a strict tool checks the call's structure and that its arguments
+conform: shapes real vLLM answers with pass; a truncated, chatty or unconstrained answer fails,
+although it came with a 200 (MockTransport)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ async def test_the_probe_is_a_non_streamed_named_choice_with_room_for_the_argume
     _, sent = await probe(answer())
     assert sent["tool_choice"] == {"type": "function", "function": {"name": PROBE_TOOL_NAME}}
     assert [tool["function"]["name"] for tool in sent["tools"]] == [PROBE_TOOL_NAME]
+    assert [tool["function"]["strict"] for tool in sent["tools"]] == [True]
     assert (sent["max_tokens"], sent["stream"], sent["model"]) == (256, False, "demo")
 
 
@@ -57,16 +59,12 @@ async def test_the_probe_is_a_non_streamed_named_choice_with_room_for_the_argume
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        # vLLM <= 0.13 non-streaming: content "", finish_reason "stop".
-        (answer(), "a call of it, arguments valid"),
-        (answer(content=None, reason="tool_calls"), "a call of it, arguments valid"),
-        (
-            answer(arguments='{"answer": 3}'),
-            "a call of it, arguments invalid ('{\"answer\": 3}'; recorded, not gated)",
-        ),
+        # vLLM non-streaming: content "", finish_reason "stop".
+        (answer(), "a call of it, arguments conform"),
+        (answer(content=None, reason="tool_calls"), "a call of it, arguments conform"),
     ],
 )
-async def test_a_call_of_the_named_tool_passes_valid_arguments_or_not(
+async def test_a_call_of_the_named_tool_with_conforming_arguments_passes(
     body: dict[str, Any], detail: str
 ) -> None:
     result, _ = await probe(body)
@@ -89,9 +87,21 @@ async def test_a_call_of_the_named_tool_passes_valid_arguments_or_not(
             {"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]},
             f"no call of {PROBE_TOOL_NAME} in tool_calls (None)",
         ),
+        # A 200 whose arguments nothing constrained (vLLM >= 0.12 answers the old guided_*
+        # fields so): the server's failure, not the model's.
+        (
+            answer(arguments='{"answer": 3}'),
+            "arguments '{\"answer\": 3}' do not conform to the strict tool's schema",
+        ),
+        (
+            answer(arguments="Paris"),
+            "arguments 'Paris' do not conform to the strict tool's schema",
+        ),
     ],
 )
-async def test_a_truncated_chatty_or_missing_call_fails(body: dict[str, Any], problem: str) -> None:
+async def test_a_truncated_chatty_missing_or_unconstrained_call_fails(
+    body: dict[str, Any], problem: str
+) -> None:
     result, _ = await probe(body)
     assert result.failure_line == (
         f"gate tool_call_structure failed: a named tool_choice ({PROBE_TOOL_NAME}): {problem}; "

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.provenance.runconfig import RunConfig, parse_metrics
+from pytest_haico import __version__
+from pytest_haico.provenance.model_server import parse_metrics, server_identity, startup_values
+from pytest_haico.provenance.runconfig import RunConfig
 from pytest_haico.redact import Redactor
 from tests.harness import CampaignProject
 
@@ -51,10 +53,14 @@ def test_a_run_records_its_knobs_versions_and_ports_and_no_secret(
         values["POSTGRES_PORT"], values["VLLM_PORT"], values["BACKEND_PORT"], "0.0", "2"
     ]  # fmt: skip
     assert all(port.isdigit() for port in sourced[:3])
-    for key in ("HARNESS_VERSION", "PYTHON_VERSION", "POSTGRES_VERSION", "VLLM_VERSION",
-                "MODEL_IDENTITY", "BACKEND_IDENTITY", "EXPERIMENTS_GIT_COMMIT", "NODE",
+    for key in ("HARNESS_VERSION", "PYTHON_VERSION", "POSTGRES_VERSION", "MODEL_SERVER",
+                "MODEL_SERVER_VERSION", "STANDIN_VLLM_VERSION", "MODEL_IDENTITY",
+                "BACKEND_IDENTITY", "EXPERIMENTS_GIT_COMMIT", "NODE",
                 "OPTION_DUMP_INTERVAL_SOURCE"):  # fmt: skip
         assert values.get(key), key
+    # The local profile's stand-in served the run, and says so: no vLLM ran.
+    assert (values["MODEL_SERVER"], values["MODEL_SERVER_VERSION"]) == ("standin", __version__)
+    assert "VLLM_VERSION" not in values and "VLLM_NON_DEFAULT_ARGS" not in values
     assert values["OPTION_DUMP_INTERVAL_SOURCE"] == "--haico-dump-interval"
     details = json.loads(json_file.read_text())
     assert [m["id"] for m in details["models"]] == ["demo"]
@@ -107,3 +113,39 @@ def test_metrics_are_read_from_prometheus_text_and_summed_over_labels() -> None:
         "vllm:num_requests_running": 4.0,
         "vllm:prompt_tokens_total": 1200.0,
     }
+
+
+def test_what_served_the_run_is_read_from_its_version_answer() -> None:
+    assert server_identity({"version": "0.32.0"}) == {
+        "MODEL_SERVER": "vllm",
+        "MODEL_SERVER_VERSION": "0.32.0",
+        "VLLM_VERSION": "0.32.0",
+    }
+    unknown = {"MODEL_SERVER": "unknown", "MODEL_SERVER_VERSION": "unknown"}
+    assert server_identity(None) == unknown
+    assert server_identity({"detail": "Not Found"}) == unknown
+
+
+# vLLM 0.32's start-up line, as its API server logs it.
+NON_DEFAULT_ARGS_LINE = (
+    "(APIServer pid=24093) INFO 12-01 22:51:17 [api_utils.py:286] non-default args: "
+    "{'model_tag': '/models/smol', 'enable_auto_tool_choice': True, 'tool_call_parser': "
+    "'hermes', 'host': '127.0.0.1', 'port': 20712, 'max_model_len': 2048}"
+)
+
+
+def test_vllms_non_default_args_are_read_from_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "llm.log"
+    log.write_text(f"--- pytest-haico header\nTriton is installed\n{NON_DEFAULT_ARGS_LINE}\nmore\n")
+    values, details = startup_values(log)
+    text = NON_DEFAULT_ARGS_LINE.split("non-default args: ", 1)[1]
+    assert values == {"VLLM_NON_DEFAULT_ARGS": text}
+    assert details["vllm_non_default_args"]["tool_call_parser"] == "hermes"
+    assert details["vllm_non_default_args"]["port"] == 20712
+    # A line that is no Python literal is kept as text only; no line, or no log: nothing.
+    log.write_text("INFO non-default args: {'dtype': <DType.float32>}\n")
+    assert startup_values(log) == ({"VLLM_NON_DEFAULT_ARGS": "{'dtype': <DType.float32>}"}, {})
+    log.write_text("INFO nothing of the kind\n")
+    assert startup_values(log) == ({}, {})
+    assert startup_values(tmp_path / "missing.log") == ({}, {})
+    assert startup_values(None) == ({}, {})

@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_haico import __version__
+from pytest_haico.provenance.model_server import server_identity
 from pytest_haico.standins.vllm_versions import DEFAULT_VLLM_VERSION
 from tests.polling import wait_for
 from tests.standins.standin_http import MODEL, TOOLS, auth, chat, continued, get, user
@@ -41,10 +43,20 @@ def engine_value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], n
     return samples[name, frozenset({("engine", "0"), ("model_name", MODEL)})]
 
 
-def test_version_reports_the_imitated_release(llm_server: LlmServers) -> None:
-    assert get(llm_server().base_url + "/version").json() == {"version": DEFAULT_VLLM_VERSION}
+def test_version_reports_the_imitated_release_and_that_it_is_a_stand_in(
+    llm_server: LlmServers,
+) -> None:
+    standin = {"haico_standin": __version__}
+    answer = get(llm_server().base_url + "/version").json()
+    assert answer == {"version": DEFAULT_VLLM_VERSION, **standin}
     other = llm_server(vllm_version="0.8.5.post1").base_url
-    assert get(other + "/version").json() == {"version": "0.8.5.post1"}
+    assert get(other + "/version").json() == {"version": "0.8.5.post1", **standin}
+    # What run-config makes of it: no vLLM served the run.
+    assert server_identity(answer) == {
+        "MODEL_SERVER": "standin",
+        "MODEL_SERVER_VERSION": __version__,
+        "STANDIN_VLLM_VERSION": DEFAULT_VLLM_VERSION,
+    }
 
 
 def test_metrics_count_the_tokens_of_the_completions(llm_server: LlmServers) -> None:

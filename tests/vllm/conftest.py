@@ -7,11 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.harness import CampaignProject
 from tests.standins.standin_http import API_KEY, MODEL
 from tests.standins.standin_procs import LlmServers
-from tests.vllm.real_vllm import MAX_MODEL_LEN, manifest_or_skip, running_vllms
+from tests.vllm.real_vllm import MAX_MODEL_LEN, manifest_or_skip, running_vllms, tier_arm
 from tests.vllm.servers import Server, ServerPair
 from tests.vllm.setup_tier import Manifest
+from tests.vllm.vllm_campaign import VllmCampaign, prepare_tier_campaign
 
 # The release the stand-in imitates here: the one the tier installs.
 STANDIN_VLLM_VERSION = "0.32.0"
@@ -27,13 +29,12 @@ def vllm_tier() -> Manifest:
 def real_vllm(
     vllm_tier: Manifest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerPair]:
-    """Two real vLLMs from the tier, started once: with the tool flags and without them."""
+    """Two real vLLMs from the tier, started once by the cluster profile's model service:
+    with the tool flags and without them."""
     api_key = "test-vllm-key-" + uuid.uuid4().hex
-    log_dir = tmp_path_factory.mktemp("real-vllm-logs")
-    with running_vllms(vllm_tier, log_dir=log_dir, api_key=api_key, tool_flags=(True, False)) as (
-        tools,
-        plain,
-    ):
+    arms = [tier_arm(vllm_tier, "tools"), tier_arm(vllm_tier, "plain", tools=False)]
+    root = tmp_path_factory.mktemp("real-vllm")
+    with running_vllms(vllm_tier, root=root, api_key=api_key, arms=arms) as (tools, plain):
 
         def server(base_url: str) -> Server:
             return Server(
@@ -75,10 +76,23 @@ def standin_vllm(llm_server: LlmServers) -> ServerPair:
 
 @pytest.fixture(
     scope="session",
-    params=[pytest.param("standin"), pytest.param("vllm", marks=pytest.mark.vllm)],
+    params=[
+        pytest.param("standin"),
+        pytest.param("vllm", marks=pytest.mark.vllm),
+    ],
 )
 def servers(request: pytest.FixtureRequest) -> ServerPair:
     """The stand-in, then real vLLM (marked ``vllm``): each test of the contract runs on both."""
     fixture = "standin_vllm" if request.param == "standin" else "real_vllm"
     pair: ServerPair = request.getfixturevalue(fixture)
     return pair
+
+
+@pytest.fixture
+def tier_campaign(
+    campaign: CampaignProject, vllm_tier: Manifest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[VllmCampaign]:
+    """A cluster-profile campaign project whose arm serves the tier's model (no arm or
+    scripts yet), on a scratch site with VLLM_VENV the tier's, on a fake Slurm job's node."""
+    with prepare_tier_campaign(campaign, vllm_tier, monkeypatch) as project:
+        yield project

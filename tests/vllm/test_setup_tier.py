@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.real_vllm import manifest_or_skip
+from tests.vllm.real_vllm import REQUIRE_TIER_ENV, manifest_or_skip
 from tests.vllm.setup_tier import (
     LOCK_FILE,
     MANIFEST,
@@ -80,10 +80,24 @@ def test_without_the_tier_its_tests_skip_naming_the_set_up_command(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(TIER_ENV, str(tmp_path))
+    monkeypatch.delenv(REQUIRE_TIER_ENV, raising=False)
     with pytest.raises(pytest.skip.Exception) as skipped:
         manifest_or_skip()
     assert str(skipped.value) == (
         f"the real-vLLM tier is not set up in {tmp_path}: run `{SETUP_COMMAND}`"
+    )
+
+
+def test_where_the_tier_is_required_its_absence_fails_instead(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(TIER_ENV, str(tmp_path))
+    monkeypatch.setenv(REQUIRE_TIER_ENV, "1")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        manifest_or_skip()
+    assert str(failed.value) == (
+        f"the real-vLLM tier is not set up in {tmp_path}: run `{SETUP_COMMAND}` "
+        "(HAICO_REQUIRE_VLLM_TIER is set)"
     )
 
 

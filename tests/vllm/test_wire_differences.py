@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from pytest_haico import __version__
+from pytest_haico.provenance.model_server import STANDIN_VERSION_FIELD
 from tests.standins.standin_http import WRITE_DOCUMENT_TOOL
 from tests.vllm.servers import ServerPair, iter_samples
 from tests.vllm.test_wire_contract import HELLO, WEATHER, WEATHER_TOOL
@@ -128,6 +130,10 @@ def _id_suffix_lengths(servers: ServerPair) -> tuple[int, int]:
     return len(body["id"].removeprefix("chatcmpl-")), len(call["id"].removeprefix("chatcmpl-tool-"))
 
 
+def _says_it_is_a_standin(servers: ServerPair) -> object:
+    return servers.tools.get("/version", key="").json().get(STANDIN_VERSION_FIELD)
+
+
 def _metrics_exposition(servers: ServerPair) -> tuple[str, bool]:
     response = servers.tools.get("/metrics", key="")
     names = {name for name, _ in iter_samples(response.text)}
@@ -197,6 +203,13 @@ DIFFERENCES: dict[str, Difference] = {
         _id_suffix_lengths,
         standin=(32, 24),
         vllm=(16, 16),
+    ),
+    "version-names-the-standin": Difference(
+        "the stand-in's GET /version also says it is one (with pytest-haico's version), so that "
+        "a run it served never records that a vLLM did; vLLM answers its release only",
+        _says_it_is_a_standin,
+        standin=__version__,
+        vllm=None,
     ),
     "metrics-exposition": Difference(
         "vLLM's prometheus_client writes exposition format 1.0.0 and dozens of families; the "
