@@ -109,6 +109,7 @@ def fill_ledger(root: Path, records: int) -> Path:
 
     Their items are not in the campaign, so every line is read and none deselects.
     """
+    from pytest_haico.ledger.format import record_line
     from pytest_haico.ledger.records import LedgerRecord, TurnRecord
     from pytest_haico.ledger.verdicts import Verdict
 
@@ -152,12 +153,12 @@ def fill_ledger(root: Path, records: int) -> Path:
                 turns=(turn, turn, turn),
                 harness_version="0.1.0",
             )
-            handle.write(record.to_line())
+            handle.write(record_line(record))
     return ledger
 
 
 def index_peak_mb(ledger: Path) -> float:
-    from pytest_haico.ledger.jsonl import iter_ledger_dir
+    from pytest_haico.ledger.format import iter_ledger_dir
     from pytest_haico.ledger.resume import ResumeIndex
 
     tracemalloc.start()

@@ -3,7 +3,7 @@
 Run: python benchmarks/cost.py [--repeats N] [--records R]
 
 The campaign is 2 arms x 2 strata, each arm's records spread over 25 run ledgers as the
-runner writes them (`LedgerRecord.to_line`, three turns each, a realistic verdict mix),
+runner writes them (`record_line`, three turns each, a realistic verdict mix),
 every fifth ledger ending in a torn line as a walltime kill leaves it. Each figure is
 the median of N runs in this process, next to baselines measured in the same run on
 the same files, so a noisy shared machine moves them all:
@@ -29,10 +29,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.ledger.item_times import MEASURED_VERDICTS
-from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger.format import iter_ledger_dir, record_line
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
-from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.item_costs import load_costs
 
 TARGET_S = 2.0
@@ -132,7 +131,7 @@ def write_campaign(root: Path, records: int) -> list[Path]:
                     ),
                     harness_version="0.1.0",
                 )
-                lines.append(record.to_line())
+                lines.append(record_line(record))
             if run % 5 == 0:
                 lines[-1] = lines[-1][:300]  # killed mid-write
             path.write_bytes(b"".join(lines))

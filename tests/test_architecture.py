@@ -25,9 +25,10 @@ ALLOWED: dict[str, set[str]] = {
     "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
     # The public results API (`pytest_haico.results`, a package): what the report, the
-    # cost model and the command line read campaigns with.
-    "results": {"config"},
-    "report": {"config", "ledger", "results", "slurm"},
+    # cost model and the command line read campaigns with. It reads the ledgers through
+    # the ledger's format (neither imports pydantic: the report's start-up depends on it).
+    "results": {"config", "ledger.format", "ledger.verdicts"},
+    "report": {"config", "ledger.format", "ledger.verdicts", "results", "slurm"},
     # A submission sizes its arrays with the cost model.
     "submit": {"config", "ledger", "results", "report", "slurm"},
     "kept": {"config", "ledger", "stack", "provenance", "slurm"},
@@ -137,6 +138,8 @@ def test_the_rule_catches_a_crossing_import() -> None:
     assert _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.verdicts")
     assert _is_allowed("pytest_haico.report.terminal", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.results", "pytest_haico.ledger.jsonl")
+    assert _is_allowed("pytest_haico.results.reader", "pytest_haico.ledger.format")
+    assert not _is_allowed("pytest_haico.report.item_costs", "pytest_haico.ledger.records")
     assert not _is_allowed("pytest_haico.ledger.resume", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
 

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_haico.config.items import ItemSpec, first_per_stratum, in_shard
 from pytest_haico.config.settings import Settings
-from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict

@@ -6,24 +6,13 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.jsonl import RawRecord, iter_ledger_dir
-from pytest_haico.ledger.verdicts import Verdict
-
-Warn = Callable[[str], None]
-
-# The verdicts of attempts whose conversation ran to its own end, so `duration_s` is
-# what an item of the stratum takes. Not measured: `interrupted` (cut by a drain or a
-# kill), `infra_error` and `rate_limited` (cut short by a failure, or stretched to a
-# timeout), `gave_up` (the last of those), `substituted` (stopped at the turn another
-# model served, and timed on that model).
-MEASURED_VERDICTS = frozenset(
-    {Verdict.COMPLETED, Verdict.EXPECTATION_FAILED, Verdict.RECURSION_LIMIT, Verdict.BLANK_TURN}
-)
+from pytest_haico.ledger.format import RawRecord, Warn, iter_ledger_dir
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS
 
 
 @dataclass(frozen=True, slots=True)

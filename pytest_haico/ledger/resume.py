@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pytest_haico.ledger.jsonl import RawRecord, Warn
+from pytest_haico.ledger.format import RawRecord, Warn
 from pytest_haico.ledger.verdicts import Verdict
 
 

@@ -1,4 +1,6 @@
-"""Verdicts: what an item attempt ended as, their precedence and their pytest outcome."""
+"""Verdicts: what an item attempt ended as, their precedence, their pytest outcome, and
+which are terminal (resume) and which measure an item time; modules that test a ledger's
+text against them use these members (a `StrEnum` member equals and hashes as its text)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,14 @@ class Verdict(enum.StrEnum):
 _RETRIED_VERDICTS = frozenset({Verdict.INFRA_ERROR, Verdict.RATE_LIMITED, Verdict.INTERRUPTED})
 _ERROR_VERDICTS = frozenset(
     {Verdict.INFRA_ERROR, Verdict.RATE_LIMITED, Verdict.INTERRUPTED, Verdict.GAVE_UP}
+)
+# The verdicts of attempts whose conversation ran to its own end, so `duration_s` is what
+# an item of the stratum takes. Not measured: `interrupted` (cut by a drain or a kill),
+# `infra_error` and `rate_limited` (cut short by a failure, or stretched to a timeout),
+# `gave_up` (the last of those), `substituted` (stopped at the turn another model served,
+# and timed on that model).
+MEASURED_VERDICTS = frozenset(
+    {Verdict.COMPLETED, Verdict.EXPECTATION_FAILED, Verdict.RECURSION_LIMIT, Verdict.BLANK_TURN}
 )
 _PRECEDENCE = {verdict: rank for rank, verdict in enumerate(Verdict)}
 

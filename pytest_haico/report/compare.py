@@ -15,7 +15,8 @@ import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pytest_haico.report.data import MEASURED, read_run_config, seconds, turn_totals
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
+from pytest_haico.report.data import read_run_config, seconds, turn_totals
 from pytest_haico.report.terminal import table
 from pytest_haico.results import Record, Results, load_results
 
@@ -50,11 +51,11 @@ class Pair:
 
     @property
     def regression(self) -> bool:
-        return self.a.verdict == "completed" and self.b.verdict != "completed"
+        return self.a.verdict == Verdict.COMPLETED and self.b.verdict != Verdict.COMPLETED
 
     @property
     def improvement(self) -> bool:
-        return self.a.verdict != "completed" and self.b.verdict == "completed"
+        return self.a.verdict != Verdict.COMPLETED and self.b.verdict == Verdict.COMPLETED
 
     @property
     def changed(self) -> bool:
@@ -62,7 +63,7 @@ class Pair:
 
     def latency_delta(self) -> float | None:
         a, b = self.a.duration_s, self.b.duration_s
-        if a is None or b is None or not {self.a.verdict, self.b.verdict} <= MEASURED:
+        if a is None or b is None or not {self.a.verdict, self.b.verdict} <= MEASURED_VERDICTS:
             return None
         return b - a
 

@@ -12,25 +12,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
 from pytest_haico.results import Record, Results
 
-# The verdicts of attempts that ran to their own end, so their duration is the item's
-# time (as `ledger.item_times.MEASURED_VERDICTS`, kept as text here).
-MEASURED = frozenset({"completed", "expectation_failed", "recursion_limit", "blank_turn"})
-FAILED = frozenset(
-    {"substituted", "recursion_limit", "blank_turn", "expectation_failed", "gave_up"}
-)
+# The order verdicts are shown in: the good, the model's failures, then the infra's.
 VERDICT_ORDER = (
-    "completed",
-    "expectation_failed",
-    "blank_turn",
-    "recursion_limit",
-    "substituted",
-    "gave_up",
-    "infra_error",
-    "rate_limited",
-    "interrupted",
+    Verdict.COMPLETED,
+    Verdict.EXPECTATION_FAILED,
+    Verdict.BLANK_TURN,
+    Verdict.RECURSION_LIMIT,
+    Verdict.SUBSTITUTED,
+    Verdict.GAVE_UP,
+    Verdict.INFRA_ERROR,
+    Verdict.RATE_LIMITED,
+    Verdict.INTERRUPTED,
 )
 # Run-config keys shown as each run's provenance, in this order, when present.
 PROVENANCE_KEYS = (
@@ -91,7 +87,7 @@ class Cell:
 
     @property
     def gave_up(self) -> int:
-        return self.verdicts.get("gave_up", 0)
+        return self.verdicts.get(Verdict.GAVE_UP, 0)
 
     @property
     def median_s(self) -> float | None:
@@ -150,7 +146,7 @@ def build_report(results: Results) -> Report:
                     cell.tokens_in += turn.get("tokens_in") or 0
                     cell.tokens_out += turn.get("tokens_out") or 0
         duration = data.get("duration_s")
-        if verdict in MEASURED and isinstance(duration, int | float):
+        if verdict in MEASURED_VERDICTS and isinstance(duration, int | float):
             cell.durations.append(float(duration))
         adaptations = data.get("adaptations")
         if adaptations is not None:

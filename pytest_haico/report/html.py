@@ -12,29 +12,23 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.report.data import (
-    MEASURED,
-    PROVENANCE_KEYS,
-    VERDICT_ORDER,
-    Report,
-    count,
-    seconds,
-)
+from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
+from pytest_haico.report.data import PROVENANCE_KEYS, VERDICT_ORDER, Report, count, seconds
 from pytest_haico.results import Record, ResultsReadError, require
 
 # Failed items rendered with their transcript; the rest are listed by name.
 MAX_TRANSCRIPTS = 200
 SECTIONS = ("summary", "verdicts", "cost-trend", "latency", "runs", "failed-items")
 _COLOURS = {
-    "completed": "#2e7d32",
-    "expectation_failed": "#f9a825",
-    "blank_turn": "#8d6e63",
-    "recursion_limit": "#e65100",
-    "substituted": "#6a1b9a",
-    "gave_up": "#b71c1c",
-    "infra_error": "#c62828",
-    "rate_limited": "#ad1457",
-    "interrupted": "#546e7a",
+    Verdict.COMPLETED: "#2e7d32",
+    Verdict.EXPECTATION_FAILED: "#f9a825",
+    Verdict.BLANK_TURN: "#8d6e63",
+    Verdict.RECURSION_LIMIT: "#e65100",
+    Verdict.SUBSTITUTED: "#6a1b9a",
+    Verdict.GAVE_UP: "#b71c1c",
+    Verdict.INFRA_ERROR: "#c62828",
+    Verdict.RATE_LIMITED: "#ad1457",
+    Verdict.INTERRUPTED: "#546e7a",
 }
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
@@ -96,7 +90,7 @@ def _cost_plot(report: Report) -> str:
         timed = sorted(
             (str(r.data.get("started_at")), r.duration_s or 0.0)
             for r in report.results.records
-            if r.arm == arm and r.stratum == stratum and r.verdict in MEASURED
+            if r.arm == arm and r.stratum == stratum and r.verdict in MEASURED_VERDICTS
         )
         axes.plot(range(1, len(timed) + 1), [d for _, d in timed], ".", markersize=6)
         axes.xaxis.get_major_locator().set_params(integer=True)
@@ -135,7 +129,7 @@ def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]], numeric: int 
 
 
 def _failed(report: Report) -> list[Record]:
-    return [r for r in report.newest if r.verdict != "completed"]
+    return [r for r in report.newest if r.verdict != Verdict.COMPLETED]
 
 
 def _anchor(index: int) -> str:

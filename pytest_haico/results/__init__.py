@@ -17,9 +17,9 @@
 
 A path is a campaign (`<results>/<campaign>`, holding `<arm>/ledger/`), an arm
 (`<campaign>/<arm>`), a run directory (`<arm>/runs/<run_id>`) or a run's ledger file
-(`<arm>/ledger/<run_id>.jsonl`). Records of schema 1 and 2 are read alike; a line of
-another schema, a torn last line (a kill mid-write) or garbage is skipped with a
-warning naming the file and line, as the ledger reader does.
+(`<arm>/ledger/<run_id>.jsonl`). The ledger reader (`pytest_haico.ledger.format`) reads
+them, as resume does: records of schema 1 and 2 alike; a line of another schema, a torn
+last line (a kill mid-write) or garbage is skipped with a warning naming the file and line.
 
 The frame flattens nested objects into dotted columns (`settings.generation.temperature`,
 `slurm.node`, `error.kind`); an identity written as a string that holds JSON

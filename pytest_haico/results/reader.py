@@ -1,15 +1,18 @@
-"""Reading a campaign, an arm or a run into `Results`: ledger lines of schema 1 and 2,
-warnings for the lines skipped, orphan transcripts."""
+"""Reading a campaign, an arm or a run into `Results`: its ledgers through the ledger
+reader, warnings for the lines skipped, orphan transcripts."""
 
 from __future__ import annotations
 
-import json
 import os
-import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
+from pytest_haico.ledger.format import (
+    READABLE_SCHEMAS,
+    UnreadableLedgerError,
+    Warn,
+    iter_ledger,
+)
 from pytest_haico.results.records import (
     NoRecordsError,
     NotResultsError,
@@ -20,16 +23,8 @@ from pytest_haico.results.records import (
     paused_gc,
 )
 
-Warn = Callable[[str], None]
-
 #: The ledger schemas this module reads.
-SCHEMAS = frozenset({1, 2})
-
-_loads: Callable[[bytes], Any]
-try:  # 4-5x faster on long records; in the `analysis` and `report` extras
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - depends on the installed extras
-    _loads = json.loads
+SCHEMAS = READABLE_SCHEMAS
 
 
 def load_results(
@@ -113,67 +108,31 @@ def _read_arm(arm_dir: Path, run: str | None, warn: Warn) -> Iterator[Record]:
 
 def _read_ledger(path: Path, arm_dir: Path, warn: Warn) -> list[Record]:
     """Every valid record of one ledger file; skipped lines are warned with file and line."""
-    try:
-        # Non-blocking: opening a FIFO for reading would wait for a writer for ever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                warn(f"{path}: skipped, not a regular file")
-                return []
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                content = handle.read()
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise ResultsReadError(
-            f"cannot read the ledger {path}: [Errno {exc.errno}] {exc.strerror}: "
-            "make it readable for this user"
-        ) from exc
-    lines = content.split(b"\n")
-    last = len(lines)
-    loads = _loads
     records: list[Record] = []
     append = records.append
-    for number, raw in enumerate(lines, 1):
-        try:
-            data = loads(raw)
-        except ValueError:
-            if raw.strip():
-                torn = number == last
-                warn(f"{path}:{number}: skipped {_TORN if torn else 'not valid JSON'}")
-            continue
-        # The common case in one test; anything else is diagnosed below.
-        if (
-            type(data) is dict
-            and data.get("schema") in SCHEMAS
-            and type(data.get("item_id")) is str
-            and type(data.get("run_id")) is str
-            and type(data.get("attempt")) is int
-            and type(data.get("verdict")) is str
-            and type(data.get("finished_at")) is str
-        ):
-            append(Record(data, path, number, arm_dir))
-        else:
-            warn(f"{path}:{number}: {_skipped(data)}")
+    try:
+        for data, _, number in iter_ledger(path, warn=warn):
+            # The fields every property of `Record` reads, in one test.
+            if (
+                type(data.get("item_id")) is str
+                and type(data.get("run_id")) is str
+                and type(data.get("attempt")) is int
+                and type(data.get("verdict")) is str
+                and type(data.get("finished_at")) is str
+            ):
+                append(Record(data, path, number, arm_dir))
+            else:
+                warn(
+                    f"{path}:{number}: skipped a record without a valid item_id, run_id, "
+                    "attempt, verdict or finished_at"
+                )
+    except UnreadableLedgerError as exc:
+        if exc.regular:
+            raise ResultsReadError(
+                f"cannot read the ledger {path}: {exc.problem}: {exc.fix}"
+            ) from exc
+        warn(f"{path}: skipped, not a regular file")
     return records
-
-
-_TORN = "a torn last line (a kill mid-write?)"
-
-
-def _skipped(data: object) -> str:
-    """Why a parsed line is no record this package reads."""
-    if type(data) is not dict:
-        return "skipped, not a JSON object"
-    schema = data.get("schema")
-    if schema not in SCHEMAS:
-        if isinstance(schema, int) and schema > max(SCHEMAS):
-            return (
-                f"skipped a record of schema {schema}, newer than this pytest-haico reads; "
-                "upgrade pytest-haico"
-            )
-        return f"skipped a record of schema {schema!r}, not a known ledger schema"
-    return "skipped a record without a valid item_id, run_id, attempt, verdict or finished_at"
 
 
 def _orphans(arm_dir: Path, records: Sequence[Record], run: str | None) -> list[Orphan]:

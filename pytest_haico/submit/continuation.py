@@ -14,7 +14,7 @@ from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.config.item_list import parse_item_list
 from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
 from pytest_haico.config.settings import Profile, Shard
-from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost

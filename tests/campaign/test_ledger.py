@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.ledger.jsonl import LedgerWriter, iter_ledger, iter_ledger_dir
-from pytest_haico.ledger.records import SCHEMA_VERSION, LedgerRecord
+from pytest_haico.ledger.format import SCHEMA_VERSION, iter_ledger, iter_ledger_dir, record_line
+from pytest_haico.ledger.jsonl import LedgerWriter
+from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict
 
@@ -72,7 +73,7 @@ def test_append_writes_one_fsynced_line_per_record(
 
 def test_reader_skips_a_torn_last_line_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    good = make_record().to_line()
+    good = record_line(make_record())
     path.write_bytes(good + good[: len(good) // 2])
     records, warnings = read(path)
     assert len(records) == 1
@@ -83,7 +84,9 @@ def test_reader_skips_a_torn_last_line_with_a_warning(tmp_path: Path) -> None:
 def test_reader_survives_empty_garbage_and_future_schema(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(b"")
     future = json.dumps({"schema": 3, "item_id": "x"}).encode() + b"\n"
-    (tmp_path / "b.jsonl").write_bytes(b"not json\n" + future + b"[1]\n" + make_record().to_line())
+    (tmp_path / "b.jsonl").write_bytes(
+        b"not json\n" + future + b"[1]\n" + record_line(make_record())
+    )
     warnings: list[str] = []
     records = list(iter_ledger_dir(tmp_path, warn=warnings.append))
     assert [r.line for r in records] == [4]
@@ -97,7 +100,7 @@ def test_reader_survives_empty_garbage_and_future_schema(tmp_path: Path) -> None
 
 def test_next_append_after_a_torn_line_starts_on_a_fresh_line(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    path.write_bytes(make_record("a" * 64).to_line() + b'{"schema": 1, "item_')
+    path.write_bytes(record_line(make_record("a" * 64)) + b'{"schema": 1, "item_')
     writer = LedgerWriter(path)
     writer.append(make_record("b" * 64))
     writer.close()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import LedgerWriteError
-from pytest_haico.ledger.jsonl import LedgerWriter, iter_ledger
+from pytest_haico.ledger.format import iter_ledger
+from pytest_haico.ledger.jsonl import LedgerWriter
 from tests.campaign.test_ledger import make_record
 from tests.harness import CampaignProject
 from tests.ledger.conftest import Mount, fill

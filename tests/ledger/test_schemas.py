@@ -14,10 +14,10 @@ from pytest_haico.config.identity import parse_backend_identity, parse_model_ide
 from pytest_haico.config.items import ItemSpec, build_item_specs
 from pytest_haico.config.settings import Profile
 from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.ledger.format import SCHEMA_VERSION, iter_ledger, iter_ledger_dir
 from pytest_haico.ledger.item_times import ItemTimes
-from pytest_haico.ledger.jsonl import iter_ledger, iter_ledger_dir
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
-from pytest_haico.ledger.records import SCHEMA_VERSION, ExpectationResult, TurnRecord
+from pytest_haico.ledger.records import ExpectationResult, TurnRecord
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict
 from tests.ledger.schema_lines import SCHEMA_1_LINE

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import ResultsError
-from pytest_haico.ledger import jsonl
-from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger import format as ledger_format
+from pytest_haico.ledger.format import iter_ledger_dir
 from tests.harness import CampaignProject
 
 RESUME = "resume needs every ledger of the arm, or it would run finished items again"
@@ -124,7 +124,7 @@ def test_an_io_error_while_reading_a_ledger_names_it(
         raise OSError(errno.EIO, os.strerror(errno.EIO))
         yield
 
-    monkeypatch.setattr(jsonl, "_iter_lines", failing_disk)
+    monkeypatch.setattr(ledger_format, "_iter_records", failing_disk)
     with pytest.raises(ResultsError) as refused:
         list(iter_ledger_dir(tmp_path, warn=pytest.fail))
     assert str(refused.value) == (
@@ -139,8 +139,8 @@ READ_AS_NOBODY = """
 import os, sys
 from pathlib import Path
 from pytest_haico.errors import ResultsError
-from pytest_haico.ledger import jsonl
-from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger import format as ledger_format
+from pytest_haico.ledger.format import iter_ledger_dir
 
 os.setgid({gid})
 os.setuid({uid})

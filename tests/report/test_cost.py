@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import ConfigError, ResultsError
+from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.report import item_costs
@@ -82,7 +83,7 @@ def write_ledger(
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as handle:
         for record in records:
-            handle.write(record.to_line())
+            handle.write(record_line(record))
     return path
 
 
@@ -541,7 +542,7 @@ def test_torn_and_garbage_lines_are_warned_and_skipped(tmp_path: Path) -> None:
         handle.write(json.dumps(spaced).encode() + b"\n")  # another shape: the full parse
         handle.write(b'{"schema": 3, "stratum": "long"}\n')
         handle.write(b'{"schema": 1, "stratum": "long"}\n')
-        handle.write(make_record(5, 30.0).to_line()[:80])  # a kill mid-write
+        handle.write(record_line(make_record(5, 30.0))[:80])  # a kill mid-write
     warnings: list[str] = []
 
     long = load_costs(campaign, warn=warnings.append)["qwen", "long"]
@@ -557,7 +558,7 @@ def test_torn_and_garbage_lines_are_warned_and_skipped(tmp_path: Path) -> None:
 
 
 def test_lines_as_the_plugin_writes_them_take_the_fast_path() -> None:
-    line = make_record(1, 12.5, verdict=Verdict.RECURSION_LIMIT).to_line()
+    line = record_line(make_record(1, 12.5, verdict=Verdict.RECURSION_LIMIT))
 
     match = item_costs._COST_FIELDS.match(line)
 
@@ -613,7 +614,7 @@ def test_a_missing_campaign_directory_is_an_error_naming_it(tmp_path: Path) -> N
 def test_a_campaign_without_ledgers_is_an_error_saying_what_to_do(tmp_path: Path) -> None:
     campaign = tmp_path / "camp"
     (campaign / "submissions" / "ledger").mkdir(parents=True)
-    (campaign / "submissions" / "ledger" / "x.jsonl").write_bytes(make_record(1, 1.0).to_line())
+    (campaign / "submissions" / "ledger" / "x.jsonl").write_bytes(record_line(make_record(1, 1.0)))
     (campaign / "qwen" / "runs").mkdir(parents=True)
 
     with pytest.raises(CostError) as raised:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_haico.ledger.jsonl import iter_ledger_dir
+from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.results import (
     MissingExtraError,
@@ -68,7 +68,7 @@ def test_a_campaign_loads_every_attempt_of_every_arm_and_warns_about_skipped_lin
     ledger = campaign_dir / "demo" / "ledger"
     assert warned == [
         f"{ledger}/local-1.1.jsonl:3: skipped a record of schema 99, newer than this "
-        "pytest-haico reads; upgrade pytest-haico",
+        "pytest-haico reads (2); upgrade pytest-haico",
         f"{ledger}/local-2.1.jsonl:2: skipped a torn last line (a kill mid-write?)",
     ]
 
@@ -87,8 +87,7 @@ def test_newest_keeps_the_record_resume_decides_on(campaign_dir: Path) -> None:
     ]
     for r in newest:
         prior = index.get(r.item_id)
-        if r.data["schema"] == 1:  # the ledger reader of this version reads schema 1 only
-            assert prior is not None and (prior.attempt, prior.verdict) == (r.attempt, r.verdict)
+        assert prior is not None and (prior.attempt, prior.verdict) == (r.attempt, r.verdict)
 
 
 def test_a_transcript_without_its_attempts_record_is_an_orphan(campaign_dir: Path) -> None:

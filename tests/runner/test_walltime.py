@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.item_times import ItemTime, ItemTimes
 from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.ledger.verdicts import Verdict
@@ -327,8 +328,8 @@ def test_item_times_come_from_every_ledger_of_the_arm(tmp_path: Path) -> None:
         make_record("long", Verdict.INTERRUPTED, 7000.0, 2),  # cut by a drain
         make_record("short", Verdict.EXPECTATION_FAILED, 20.0, 3),
     ]
-    (ledger / "7.1.jsonl").write_bytes(b"".join(r.to_line() for r in first) + b"not json\n")
-    second = make_record("long", Verdict.RECURSION_LIMIT, 542.0, 2).to_line()
+    (ledger / "7.1.jsonl").write_bytes(b"".join(record_line(r) for r in first) + b"not json\n")
+    second = record_line(make_record("long", Verdict.RECURSION_LIMIT, 542.0, 2))
     (ledger / "8.1.jsonl").write_bytes(second + second[:40])  # a torn last line
     warnings: list[str] = []
     times = ItemTimes.from_ledger_dir(ledger, warn=warnings.append)
