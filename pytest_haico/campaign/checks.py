@@ -3,6 +3,7 @@ before any stack starts and before an allocation's hour is spent."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -44,7 +45,7 @@ def check_rootdir(config: pytest.Config) -> None:
     args = list(config.invocation_params.args)
     here = config.invocation_params.dir
     valued = {option.cli for option in OPTIONS if not option.flag}
-    words = [(flag, value) for flag, value in zip(args, args[1:]) if flag in valued]
+    words = [(flag, value) for flag, value in itertools.pairwise(args) if flag in valued]
     words = [(flag, value) for flag, value in words if (here / value).exists()]
     if not words or config.option.inifilename:
         return  # pytest found nothing from them, or was told its configuration file

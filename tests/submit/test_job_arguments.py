@@ -21,8 +21,7 @@ SCRIPTS = "".join(
     json.dumps({"id": f"s{i}", "turns": [{"user": f"hello {i}"}]}) + "\n" for i in range(4)
 )
 LIVE_INI = (
-    "[pytest]\naddopts = -p no:langsmith_plugin\n"
-    "asyncio_default_fixture_loop_scope = function\n"
+    "[pytest]\naddopts = -p no:langsmith_plugin\nasyncio_default_fixture_loop_scope = function\n"
 )
 # What the project's pytest.ini says after submission: a job that reads it ends exit 4.
 EDITED_INI = "[pytest]\naddopts = --an-option-no-job-may-read\n"
@@ -88,7 +87,7 @@ def submit_smoke(project: Path, tmp_path: Path) -> list[SubmittedJob]:
     bin_dir.mkdir()
     calls.mkdir()
     stubs = {
-        "sbatch": f'n=$(ls {calls} | wc -l)\nprintf "%s\\n" "$@" > {calls}/$n\necho $((4242 + n))\n',
+        "sbatch": f'n=$(ls {calls} | wc -l)\nprintf "%s\\n" "$@" > {calls}/$n\necho $((42 + n))\n',
         "sinfo": 'echo "debug* 1:00:00"\n',
         "squeue": "exit 0\n",
         "sacct": "exit 1\n",
