@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pytest_haico.procfs import read_proc_stat
+
 TURNS = 3
 LATENCY_MS = 100
 SPEEDUP_CONVERSATIONS = 64
@@ -88,15 +90,6 @@ class RunResult:
 
 
 # -- CPU of the process tree, from /proc --------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (field 3, state, is index 0)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
 
 
 def _children(pid: int) -> list[int]:
@@ -157,18 +150,18 @@ class CpuSampler(threading.Thread):
     def _sample(self) -> dict[str, float]:
         sample: dict[str, float] = {}
         for role, pid in self._roles.items():
-            fields = _stat_fields(pid)
-            if fields is None:
+            stat = read_proc_stat(pid)
+            if stat is None:
                 continue
-            ticks = int(fields[11]) + int(fields[12])
+            ticks = stat.cpu_ticks
             if role == "postgres":
                 # Exited connection processes are in cutime/cstime once the postmaster
                 # reaps them; live ones are summed from their own stat.
-                ticks += int(fields[13]) + int(fields[14])
+                ticks += stat.children_cpu_ticks
                 for child in _children(pid):
-                    child_fields = _stat_fields(child)
-                    if child_fields is not None:
-                        ticks += int(child_fields[11]) + int(child_fields[12])
+                    child_stat = read_proc_stat(child)
+                    if child_stat is not None:
+                        ticks += child_stat.cpu_ticks
             sample[role] = ticks * _TICK_S
         return sample
 

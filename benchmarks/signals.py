@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pytest_haico.procfs import is_alive
+
 IN_FLIGHT = 16
 HANG_SCRIPTS = 32  # more than in flight: the rest must not start after the signal
 DRAIN_TIMEOUT_S = 5.0
@@ -156,14 +158,6 @@ def descendants(pid: int) -> list[int]:
         found.append(child)
         todo += children(child)
     return found
-
-
-def is_alive(pid: int) -> bool:
-    """Whether `pid` names a running process (a zombie counts as dead)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def dump_kind(pid: int) -> str | None:

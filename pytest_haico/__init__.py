@@ -20,9 +20,10 @@ and may import, which `tests/test_architecture.py` enforces:
     cli/         the `haico` command: parsing and printing, one module per command
     standins/    the local profile's model server and backend, reached over HTTP only
 
-The shared helpers `errors` and `redact` may be imported by every part, the stand-ins
-included; no other core module imports a stand-in, and the stand-ins import nothing else of
-the core.
+The shared helpers may be imported by every part, the stand-ins included: `errors` and the
+bottom layer (`redact`, `files`, `procfs`, `durations`), which imports nothing of the package
+but `errors`. No other core module imports a stand-in, and the stand-ins import nothing else
+of the core.
 
 The public names below load on first use, so that `import pytest_haico` (which every
 pytest start does, through the plugin's entry point) stays cheap.

@@ -11,6 +11,8 @@ HaicoError
 │   └── GateFailedError  a preflight gate failed before the arm's first item (exit 78)
 ├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
 ├── DumpError            pg_dump of the backend's database failed
+├── UntrustedFileError   a file another user could have planted: a symlink, not a regular
+│                        file, not this user's, or writable by others
 ├── ResultsError         the results directory cannot be used (unreadable ledger, read-only or
 │   │                    full file system); raised before anything starts
 │   └── ShareClaimedError another live run holds this arm × shard × stratum
@@ -85,6 +87,16 @@ class NotAdmittedError(HaicoError):
 
 class DumpError(HaicoError):
     """pg_dump of the backend's database failed; the message is redacted."""
+
+
+class UntrustedFileError(HaicoError):
+    """A file read back from a shared place is not a regular file of this user's that only
+    it may write; `path` names it, `problem` says what is wrong ("is a symbolic link")."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path} {problem}")
 
 
 class ResultsError(HaicoError):

@@ -98,3 +98,12 @@ def tmpfs() -> Iterator[Mount]:
     for path in reversed(mounted):
         # Lazy: a file a failed run left open must not keep the mount.
         subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+@pytest.fixture
+def umask() -> Iterator[None]:
+    """Restores the umask a test sets."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)

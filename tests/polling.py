@@ -1,12 +1,11 @@
-"""Polling for a condition in tests, and telling a live process from a dead one."""
+"""Polling for a condition in tests (a live process is told from a dead one by
+`pytest_haico.procfs.is_alive`)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -27,17 +26,3 @@ async def wait_for_async(condition: Callable[[], bool], *, timeout: float, what:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(0.02)
-
-
-def is_alive(pid: int) -> bool:
-    """Whether `pid` names a running process (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes; its parent just has not reaped it yet.
-    try:
-        # The state follows the command name, which may itself hold ") ".
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False

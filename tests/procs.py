@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from pytest_haico.stack.procfs import iter_processes
+from pytest_haico.procfs import iter_processes
 
 
 def environ(pid: int) -> dict[str, str]:

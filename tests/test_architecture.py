@@ -11,7 +11,10 @@ import pytest
 import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
-SHARED = {"pytest_haico", "pytest_haico.errors", "pytest_haico.redact"}
+# The bottom layer: helpers for the outside world every part shares (the redaction filter,
+# files, /proc, durations as text). They import nothing of the package but `errors`.
+BOTTOM = {"redact", "files", "procfs", "durations"}
+SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)
 ALLOWED: dict[str, set[str]] = {
@@ -120,6 +123,13 @@ def test_module_imports_only_what_its_part_may(module: str, path: Path) -> None:
     assert not crossing, "\n".join(crossing)
 
 
+@pytest.mark.parametrize("name", sorted(BOTTOM))
+def test_the_bottom_layer_imports_nothing_of_the_package_but_errors(name: str) -> None:
+    path = PACKAGE / f"{name}.py"
+    imported = {module for _, module in _imports(path)}
+    assert imported <= {"pytest_haico.errors"}, f"{path.relative_to(PACKAGE.parent)}: {imported}"
+
+
 def test_every_module_is_at_most_400_lines() -> None:
     long = [
         f"{path.relative_to(PACKAGE.parent)}: {lines} lines"
@@ -142,6 +152,8 @@ def test_the_rule_catches_a_crossing_import() -> None:
     assert not _is_allowed("pytest_haico.report.item_costs", "pytest_haico.ledger.records")
     assert not _is_allowed("pytest_haico.ledger.resume", "pytest_haico.results")
     assert not _is_allowed("pytest_haico.driver.judge", "pytest_haico.ledger.recorder")
+    assert _is_allowed("pytest_haico.standins.llm", "pytest_haico.durations")
+    assert _is_allowed("pytest_haico.ledger.jsonl", "pytest_haico.files")
 
 
 def _readme_table() -> dict[str, set[str]]:

@@ -19,6 +19,7 @@ import pytest
 
 from pytest_haico.campaign.failures import headline
 from pytest_haico.config.settings import ProgressMode, Settings
+from pytest_haico.durations import format_duration
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.runner.arm_runs import ArmRuns
@@ -37,16 +38,6 @@ def shows_lines(config: pytest.Config, mode: ProgressMode) -> bool:
     if config.get_verbosity(pytest.Config.VERBOSITY_TEST_CASES) > 0:
         return False  # -v: pytest's own line per test, which ours would interleave with
     return mode is ProgressMode.LINES or not reporter.isatty()
-
-
-def format_span(seconds: float) -> str:
-    """`34.2 s`, `12 m 3 s`, `2 h 13 m`."""
-    if seconds < 59.95:
-        return f"{max(seconds, 0.0):.1f} s"
-    whole = round(seconds)
-    if whole < 3600:
-        return f"{whole // 60} m {whole % 60} s"
-    return f"{whole // 3600} h {whole % 3600 // 60} m"
 
 
 class JobLog:
@@ -188,7 +179,7 @@ class ProgressPlugin:
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             text += f": {str(report.longrepr[2]).removeprefix('Skipped: ')}"
         elif report.when == "call":
-            text += f" {format_span(report.duration)}"
+            text += f" {format_duration(report.duration, 'log')}"
         self.log.line(text)
 
     def pytest_unconfigure(self) -> None:
@@ -207,17 +198,16 @@ class ProgressPlugin:
             if error is None:
                 self._startups.append(seconds)
                 self._up.add(arm)
+        took = format_duration(seconds, "log")
         if error is not None:
             first = headline(error)
             rest = " (the haico summary has the rest)" if first != error else ""
-            self.log.line(f"haico: {arm} stack failed after {format_span(seconds)}: {first}{rest}")
+            self.log.line(f"haico: {arm} stack failed after {took}: {first}{rest}")
             return
         if self.sessions.kept is not None:
-            self.log.line(
-                f"haico: {arm} attached to the kept stack, gates passed in {format_span(seconds)}"
-            )
+            self.log.line(f"haico: {arm} attached to the kept stack, gates passed in {took}")
             return
-        self.log.line(f"haico: {arm} stack healthy in {format_span(seconds)}{self._ready(arm)}")
+        self.log.line(f"haico: {arm} stack healthy in {took}{self._ready(arm)}")
 
     def stack_stopped(self, arm: str, *, seconds: float | None) -> None:
         with self._lock:
@@ -225,7 +215,7 @@ class ProgressPlugin:
                 return  # it never was healthy: its failed start had the line
             self._up.discard(arm)
         count = sum(self.recorder.verdicts.get(arm, {}).values())
-        after = f" after {format_span(seconds)}" if seconds is not None else ""
+        after = f" after {format_duration(seconds, 'log')}" if seconds is not None else ""
         if self.sessions.kept is not None:
             self.log.line(
                 f"haico: {arm} detached{after}, {count} item(s) recorded; the stack runs on"
@@ -247,10 +237,11 @@ class ProgressPlugin:
         # left will not run in this job: no time left to tell.
         runs = self.sessions
         stopping = any((runs.drain, runs.admission_stop, runs.emergency, runs.stop_reason))
+        took = format_duration(record.duration_s, "log")
+        left = "stopping" if stopping else f"ETA {format_duration(eta, 'log')}"
         self.log.line(
             f"[{done:>{width}}/{total}] {spec.arm.name} {spec.script.id}-r{spec.repeat} "
-            f"{record.verdict.value} {format_span(record.duration_s)} · {in_flight} in flight "
-            f"· {'stopping' if stopping else f'ETA {format_span(eta)}'}"
+            f"{record.verdict.value} {took} · {in_flight} in flight · {left}"
         )
 
     # -- helpers ----------------------------------------------------------------------------
@@ -278,7 +269,8 @@ class ProgressPlugin:
         if not timings:
             return ""
         order = sorted(timings.items(), key=lambda pair: pair[1].ready)
-        return " (ready: " + ", ".join(f"{name} {format_span(t.ready)}" for name, t in order) + ")"
+        ready = (f"{name} {format_duration(t.ready, 'log')}" for name, t in order)
+        return f" (ready: {', '.join(ready)})"
 
     def _label(self, report: pytest.TestReport) -> str:
         state = self._attempts.get(report.nodeid)

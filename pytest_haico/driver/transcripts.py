@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pytest_haico.files import open_for_append
 from pytest_haico.redact import Redactor
 
 # Lines are handed to the writing side at most this often per transcript, so a
@@ -181,14 +182,8 @@ def _open_for_append(path: Path) -> BinaryIO:
     directory whatever the umask: the campaign made that directory with the results mode
     (0750 gives 0640), and nobody but the owner may write it either way."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
     mode = stat.S_IMODE(path.parent.stat().st_mode) & 0o644
-    try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
-        os.fchmod(fd, mode)
-    except FileExistsError:
-        fd = os.open(path, flags)
-    return os.fdopen(fd, "ab")
+    return os.fdopen(open_for_append(path, mode=mode), "ab")
 
 
 def _start_job(loop: asyncio.AbstractEventLoop, job: Callable[[], None]) -> None:

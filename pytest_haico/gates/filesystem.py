@@ -14,8 +14,8 @@ from pathlib import Path
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV, inputs_digest, is_digest
 from pytest_haico.errors import ConfigError
+from pytest_haico.files import create_file, describe_filesystem, make_dirs, write_all
 from pytest_haico.gates.result import GateResult, failed, passed
-from pytest_haico.ledger.files import create_file, describe_filesystem, make_dirs, write_fully
 
 INPUTS_PRESENT = "inputs_present"
 RESULTS_WRITABLE = "results_writable"
@@ -255,7 +255,7 @@ def check_results_writable(results_dir: Path, *, bytes_needed: int, file_mode: i
         probe.unlink(missing_ok=True)  # left by a killed process that had our pid
         fd = create_file(probe, file_mode)
         try:
-            write_fully(fd, b"pytest-haico write probe\n")
+            write_all(fd, b"pytest-haico write probe\n")
             os.fsync(fd)
         finally:
             os.close(fd)

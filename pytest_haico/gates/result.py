@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from pytest_haico.ledger.files import write_new_file
+from pytest_haico.files import write_atomic
 from pytest_haico.redact import Redactor
 
 GATES_SCHEMA = 1
@@ -150,7 +150,7 @@ def write_gates_json(
     document: object = gates_document(results)
     if redactor is not None:
         document = redactor.redact_json(document)
-    write_new_file(path, json.dumps(document, indent=2).encode() + b"\n", file_mode)
+    write_atomic(path, json.dumps(document, indent=2).encode() + b"\n", mode=file_mode)
 
 
 def render_table(results: Sequence[GateResult]) -> str:

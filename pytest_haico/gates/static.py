@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.durations import format_duration
 from pytest_haico.gates.result import GateResult, failed, passed
 from pytest_haico.gates.vllm_venv import find_vllm, tool_parser_names
 from pytest_haico.redact import Redactor
@@ -290,15 +291,16 @@ def check_walltime(
     if slowest_s is None:
         return passed(WALLTIME, f"no history: no measured item of stratum {stratum} yet")
     needed = slowest_s + drain_margin_s
+    at_least = format_duration(needed)
     numbers = (
-        f"the job ends in {_duration(remaining_s)}; the slowest item of stratum {stratum} "
-        f"took {_duration(slowest_s)} + {drain_margin_s:g} s drain margin = {_duration(needed)}"
+        f"the job ends in {format_duration(remaining_s)}; the slowest item of stratum {stratum} "
+        f"took {format_duration(slowest_s)} + {drain_margin_s:g} s drain margin = {at_least}"
     )
     if remaining_s < needed:
         return failed(
             WALLTIME,
             f"{numbers}: not even that item could finish",
-            f"resubmit with a longer --time (at least {_duration(needed)}; `haico cost` "
+            f"resubmit with a longer --time (at least {at_least}; `haico cost` "
             "prints what to ask for), or select a cheaper stratum with --haico-stratum",
         )
     return passed(WALLTIME, numbers)
@@ -322,13 +324,3 @@ def check_output_collision(
         f"let that run finish or cancel it (scancel); if it is dead (e.g. its node failed), "
         f"{remove}, then rerun",
     )
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    minutes = seconds / 60
-    if minutes < 120:
-        return f"{minutes:.0f} min"
-    return f"{minutes / 60:.1f} h"

@@ -23,7 +23,9 @@ from filelock import FileLock, Timeout
 
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.settings import Profile
+from pytest_haico.durations import format_duration
 from pytest_haico.errors import HaicoError, StackError
+from pytest_haico.files import make_dirs, open_for_append
 from pytest_haico.stack.kept import (
     KeptService,
     KeptState,
@@ -123,11 +125,11 @@ def _start_supervisor(
     _refuse_a_second(path)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     directory = campaign_dir / arm.name / "kept" / f"{stamp}-{os.getpid()}"
-    directory.mkdir(parents=True)
+    make_dirs(directory, request["file_mode"])
     log = directory / "supervisor.log"
     request["directory"] = str(directory)
     say(f"haico: starting the stack of arm {arm.name} ({profile.value} profile); log: {log}")
-    with log.open("ab") as stderr:
+    with os.fdopen(open_for_append(log, mode=request["file_mode"]), "ab") as stderr:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "pytest_haico.kept.supervisor"],
             stdin=subprocess.PIPE,
@@ -231,12 +233,12 @@ def _status_lines(path: Path, state: KeptState) -> Iterator[str]:
     where = f"allocation {state.allocation}" if state.allocation else "no allocation"
     yield (
         f"{state.arm}: {state.profile} profile, up since {state.started_at} "
-        f"({_duration(age)}), supervisor pid {state.supervisor_pid} on {state.host}, {where}"
+        f"({format_duration(age)}), supervisor pid {state.supervisor_pid} on {state.host}, {where}"
     )
     yield f"  state file: {path}"
     dumps = sorted((Path(state.directory) / "dumps").glob("*.dump"))
     newest = f", newest {dumps[-1].name}" if dumps else ""
-    every = _duration(state.dump_interval_s) if state.dump_interval_s > 0 else None
+    every = format_duration(state.dump_interval_s) if state.dump_interval_s > 0 else None
     yield (
         f"  logs and dumps: {state.directory} ({len(dumps)} dump(s){newest}; "
         + (f"every {every})" if every else "only the final one, at down)")
@@ -311,7 +313,7 @@ def down(target: str, *, say: Say) -> int:
     up_s = (datetime.now(UTC) - datetime.fromisoformat(state.started_at)).total_seconds()
     say(
         f"haico: {state.arm} stack down in {time.monotonic() - began:.1f} s after "
-        f"{_duration(up_s)} up; {dump}; no process left"
+        f"{format_duration(up_s)} up; {dump}; no process left"
     )
     return 0 if final else 1
 
@@ -328,14 +330,6 @@ def _resolve(target: str) -> Path:
     if os.sep in target or target.endswith(".json"):
         return Path(target)
     return state_path(target)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
-    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
 
 
 def _ms(began: float) -> str:

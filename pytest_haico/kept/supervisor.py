@@ -29,12 +29,12 @@ from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import DumpError, HaicoError
+from pytest_haico.procfs import read_proc_stat
 from pytest_haico.provenance.dumps import DatabaseDumps
 from pytest_haico.redact import Redactor
 from pytest_haico.slurm.jobs import job_has_ended
 from pytest_haico.stack.arm_stack import build_arm_stack
 from pytest_haico.stack.kept import KeptService, KeptState, serves, write_state
-from pytest_haico.stack.procfs import read_proc_stat
 from pytest_haico.stack.profiles import HttpService, Stack
 from pytest_haico.stack.request import BackendCommand, StackRequest
 

@@ -21,9 +21,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pytest_haico import procfs
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ResultsError, ShareClaimedError
-from pytest_haico.ledger.files import create_file, write_fully
+from pytest_haico.files import link_new_file
 
 _ATTEMPTS = 5
 
@@ -48,8 +49,8 @@ class Holder:
         return cls(
             host=socket.gethostname(),
             pid=pid,
-            start_time=process_start_time(pid),
-            boot_id=_boot_id(),
+            start_time=procfs.live_start_time(pid),
+            boot_id=procfs.boot_id(),
             job=job.key,
             restart_count=job.restart_count,
             run_id=run_id,
@@ -79,7 +80,7 @@ class Holder:
         if self.host == me.host:
             if self.boot_id is not None and me.boot_id is not None and self.boot_id != me.boot_id:
                 return True  # the host rebooted since
-            started = process_start_time(self.pid)
+            started = procfs.live_start_time(self.pid)
             if started is None:
                 return True
             return self.start_time is not None and started != self.start_time  # pid reused
@@ -131,7 +132,7 @@ def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareC
     """
     content = me.to_json()
     for _ in range(_ATTEMPTS):
-        if _link_new(path, content, file_mode):
+        if link_new_file(path, content, mode=file_mode):
             return ShareClaim(path, content)
         try:
             found = path.read_bytes()
@@ -145,27 +146,6 @@ def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareC
         f"{share}: could not take the claim {path}: other runs kept taking it; find what "
         "else runs this share (squeue, ps), then rerun"
     )
-
-
-def _link_new(path: Path, content: bytes, file_mode: int) -> bool:
-    """Create `path` holding `content`, atomically; False if it exists."""
-    temp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    temp.unlink(missing_ok=True)  # left by a killed process that had our pid
-    try:
-        fd = create_file(temp, file_mode)
-        try:
-            write_fully(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            # Over NFS a retried link can report EEXIST for its own success.
-            return os.stat(temp).st_nlink == 2
-        return True
-    finally:
-        temp.unlink(missing_ok=True)
 
 
 def _break(path: Path, stale: bytes) -> None:
@@ -185,23 +165,3 @@ def _break(path: Path, stale: bytes) -> None:
                 os.link(aside, path)
     finally:
         aside.unlink(missing_ok=True)
-
-
-def process_start_time(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot), or None if it is not running."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and parentheses: everything after the last ")" is plain.
-    fields = raw[raw.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None  # a zombie has ended; its parent just has not reaped it
-    return int(fields[19])
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None

@@ -8,13 +8,13 @@ import threading
 from pathlib import Path
 
 from pytest_haico.errors import LedgerWriteError
-from pytest_haico.ledger.files import (
+from pytest_haico.files import (
     DEFAULT_FILE_MODE,
-    create_file,
     describe_filesystem,
     ends_inside_a_line,
     make_dirs,
-    write_fully,
+    open_for_append,
+    write_all,
 )
 from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.records import LedgerRecord
@@ -50,7 +50,7 @@ class LedgerWriter:
                 fresh = self._check_tail and ends_inside_a_line(self.path)
                 # Until the whole line is written: a partial write (ENOSPC) leaves a fragment.
                 self._check_tail = True
-                write_fully(fd, b"\n" + line if fresh else line)
+                write_all(fd, b"\n" + line if fresh else line)
                 self._check_tail = False
                 os.fsync(fd)
             except OSError as exc:
@@ -65,11 +65,7 @@ class LedgerWriter:
     def _open(self) -> int:
         if self._fd is None:
             make_dirs(self.path.parent, self.file_mode)
-            flags = os.O_WRONLY | os.O_APPEND
-            try:
-                self._fd = create_file(self.path, self.file_mode, flags)
-            except FileExistsError:
-                self._fd = os.open(self.path, flags | os.O_CLOEXEC)
+            self._fd = open_for_append(self.path, mode=self.file_mode)
         return self._fd
 
 

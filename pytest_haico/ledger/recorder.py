@@ -23,12 +23,8 @@ from pytest_haico.config.items import ItemSpec
 from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import LedgerWriteError, ResultsError
+from pytest_haico.files import DEFAULT_FILE_MODE, describe_filesystem, make_dirs
 from pytest_haico.ledger.claims import Holder, ShareClaim, claim_share
-from pytest_haico.ledger.files import (
-    DEFAULT_FILE_MODE,
-    describe_filesystem,
-    make_dirs,
-)
 from pytest_haico.ledger.jsonl import LedgerWriter
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
 from pytest_haico.ledger.rundir import (

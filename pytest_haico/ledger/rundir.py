@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.ledger.files import DEFAULT_FILE_MODE, dir_mode, make_dirs, write_new_file
+from pytest_haico.files import DEFAULT_FILE_MODE, dir_mode, make_dirs, write_atomic
 
 
 def job_part(job: SlurmJob, *, pid: int | None = None, now: float | None = None) -> str:
@@ -95,7 +95,7 @@ def claim_run_dir(paths: ArmPaths, part: str, *, file_mode: int = DEFAULT_FILE_M
     }
     try:
         os.chmod(target, dir_mode(file_mode))  # mkdir's mode went through the umask
-        write_new_file(target / "claim.json", json.dumps(claim).encode() + b"\n", file_mode)
+        write_atomic(target / "claim.json", json.dumps(claim).encode() + b"\n", mode=file_mode)
         make_dirs(target / "logs", file_mode)
     except BaseException:
         remove_run_dir(target)

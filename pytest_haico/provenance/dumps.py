@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import subprocess
 import threading
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_haico.errors import DumpError
+from pytest_haico.files import make_dirs, publish_file
 from pytest_haico.redact import Redactor
 from pytest_haico.stack.postgres import PostgresService
 
@@ -55,11 +55,7 @@ class DatabaseDumps:
     def dump(self, kind: DumpKind) -> Path:
         """Write one complete dump and return its path; raises `DumpError`."""
         with self._lock:
-            if not self.dumps_dir.is_dir():
-                self.dumps_dir.mkdir(parents=True, exist_ok=True)
-                # A results directory: x wherever r is set, whatever the umask.
-                mode = self.file_mode | ((self.file_mode & 0o444) >> 2)
-                os.chmod(self.dumps_dir, mode)
+            make_dirs(self.dumps_dir, self.file_mode)
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
             final = self._free_name(f"{kind}-{stamp}")
             partial = final.with_name(f".{final.name}.partial")
@@ -96,11 +92,7 @@ class DatabaseDumps:
                 partial.unlink(missing_ok=True)
                 stderr = Redactor(self.postgres.secrets).redact(stderr_text.strip())
                 raise DumpError(f"pg_dump ({kind}) exited {process.returncode}: {stderr}")
-            os.chmod(partial, self.file_mode)
-            with open(partial, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(partial, final)
-            _fsync_dir(self.dumps_dir)
+            publish_file(partial, final, mode=self.file_mode)
             self.written.append(final)
             if kind == "periodic":
                 if self._last_periodic is not None:
@@ -150,11 +142,3 @@ class DatabaseDumps:
             n += 1
             path = self.dumps_dir / f"{stem}-{n}.dump"
         return path
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,14 +2,13 @@
 
 The .env file is KEY=VALUE, sorted, each value quoted for bash (`source` it); the .json
 file holds the same values plus what does not fit a line (the model server's models and
-its metrics at the arm's start and end). Both are rewritten whole (temp name, then
-rename) whenever something is added, and pass the run's redaction filter first.
+its metrics at the arm's start and end). Both are rewritten whole or not at all whenever
+something is added, and pass the run's redaction filter first.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shlex
 import socket
@@ -25,6 +24,7 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.config.identity import source_tree
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
+from pytest_haico.files import write_atomic
 from pytest_haico.redact import Redactor
 from pytest_haico.slurm import client as slurm
 
@@ -78,8 +78,8 @@ class RunConfig:
         env_text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
         details = json.loads(self.redactor.redact(json.dumps(self.details, sort_keys=True)))
         json_text = json.dumps({"values": values, **details}, indent=1, sort_keys=True) + "\n"
-        self._replace(self.run_dir / ENV_NAME, env_text)
-        self._replace(self.run_dir / JSON_NAME, json_text)
+        write_atomic(self.run_dir / ENV_NAME, env_text.encode(), mode=self.file_mode)
+        write_atomic(self.run_dir / JSON_NAME, json_text.encode(), mode=self.file_mode)
 
     def changed_since(self, previous_run: Path) -> list[str]:
         """`KEY old → new` for each compared key that differs from an earlier run's."""
@@ -93,17 +93,6 @@ class RunConfig:
             if old is not None and new is not None and old != new:
                 changes.append(f"{key} {old} → {new}")
         return changes
-
-    def _replace(self, path: Path, text: str) -> None:
-        partial = path.with_name(f".{path.name}.partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.file_mode)
-        try:
-            os.fchmod(fd, self.file_mode)
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(partial, path)
 
 
 def previous_run(runs_dir: Path, this_run: Path) -> Path | None:

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
+from pytest_haico.durations import DAY, MINUTE, format_duration
 from pytest_haico.errors import ConfigError
 from pytest_haico.report.item_costs import CostError, StratumCost, load_costs
 from pytest_haico.slurm.timelimits import (
-    DAY,
-    HOUR,
-    MINUTE,
     Partition,
     format_time_limit,
     parse_time_limit,
@@ -234,8 +232,8 @@ def _stratum_lines(
     where = f"partition {partition.name}" if partition else "the default partition"
     cap = partition.cap_text if partition else "cap unknown"
     lines = [
-        f"{head}: {_span(plan.per_task_work_s)}/task on {where} ({cap}), from {cost.n} "
-        f"items: ask --array={plan.array} --time={plan.time_limit}",
+        f"{head}: {format_duration(plan.per_task_work_s, 'decimal')}/task on {where} ({cap}), "
+        f"from {cost.n} items: ask --array={plan.array} --time={plan.time_limit}",
         *figures,
     ]
     if note:
@@ -251,11 +249,12 @@ def _stratum_lines(
     padded = "cap (margin trimmed to fit)" if plan.margin_trimmed else f"x{margin:g} margin"
     lines.append(
         f"  {progress}: {remaining} x {cost.per_item_s:.1f} s/item / concurrency {workers} = "
-        f"{_span(remaining * cost.per_item_s / workers)} of work; {per_task}: "
-        f"{_span(plan.per_task_work_s)} {padded} + "
+        f"{format_duration(remaining * cost.per_item_s / workers, 'decimal')} of work; "
+        f"{per_task}: "
+        f"{format_duration(plan.per_task_work_s, 'decimal')} {padded} + "
         + (f"{cost.startup_s:.0f} s start-up + " if cost.startup_s else "")
         + f"{OVERHEAD_S:.0f} s = "
-        f"{_span(plan.walltime_s)}/task"
+        f"{format_duration(plan.walltime_s, 'decimal')}/task"
     )
     lines += _configured_time(arm, cost.stratum, plan)
     return lines
@@ -287,19 +286,10 @@ def _configured_time(arm: Arm, stratum: str, plan: ArrayPlan) -> list[str]:
         return []
     return [
         f"  warning: [slurm] {key} = {text} in arms/{arm.name}.toml is below the "
-        f"{_span(plan.walltime_s)} a task needs: its last items would be cut at the walltime"
+        f"{format_duration(plan.walltime_s, 'decimal')} a task needs: its last items would be "
+        "cut at the walltime"
     ]
 
 
 def _many(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 2 * HOUR:
-        return f"{seconds / MINUTE:.1f} min"
-    if seconds < 2 * DAY:
-        return f"{seconds / HOUR:.1f} h"
-    return f"{seconds / DAY:.1f} d"

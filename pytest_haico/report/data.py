@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.durations import format_duration
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
 from pytest_haico.results import Record, Results
@@ -203,13 +204,7 @@ def read_run_config(run_dir: Path) -> dict[str, str]:
 
 def seconds(value: float | None) -> str:
     """A duration for a table: `-` when unknown."""
-    if value is None:
-        return "-"
-    if value >= 3600:
-        return f"{value / 3600:.1f} h"
-    if value >= 100:
-        return f"{value / 60:.1f} m"
-    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+    return "-" if value is None else format_duration(value, "cell")
 
 
 def count(value: int) -> str:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from pytest_haico.durations import format_duration
 from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.slurm import client as slurm
@@ -29,16 +30,6 @@ Clock = Callable[[], float]
 Spawn = Callable[[Callable[[], None]], None]
 
 DEFAULT_REFRESH_S = 300.0
-
-
-def format_duration(seconds: float) -> str:
-    """``45 s``, ``4 min 10 s``, ``2 h 5 min``."""
-    total = max(0, round(seconds))
-    if total < 60:
-        return f"{total} s"
-    if total < 3600:
-        return f"{total // 60} min {total % 60} s"
-    return f"{total // 3600} h {total % 3600 // 60} min"
 
 
 def _spawn_thread(target: Callable[[], None]) -> None:

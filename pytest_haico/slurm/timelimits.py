@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.durations import DAY, HOUR, MINUTE
 from pytest_haico.errors import ConfigError
 from pytest_haico.slurm import client as slurm
 
-MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 _NO_LIMIT = frozenset({"infinite", "unlimited"})
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 

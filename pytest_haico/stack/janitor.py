@@ -24,17 +24,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pytest_haico.errors import StackError
+from pytest_haico.errors import StackError, UntrustedFileError
+from pytest_haico.files import PRIVATE_FILE_MODE, make_dirs, read_owned_file, write_atomic
+from pytest_haico.procfs import is_alive, iter_session, read_proc_stat, read_proc_uid
 from pytest_haico.stack.ports import reap_stale_claims
-from pytest_haico.stack.procfs import is_alive, iter_session, read_proc_stat, read_proc_uid
 from pytest_haico.stack.statedir import (
     check_private_dir,
     cleanup_problem,
     ensure_private_dir,
-    read_owned_file,
     remove_tree,
     resolve_state_dir,
-    write_private_file,
 )
 
 logger = logging.getLogger(__name__)
@@ -113,19 +112,23 @@ class Registry:
         self._start_time = stat.start_time if stat is not None else None
 
     def _flush(self) -> None:
-        content = RegistryFile(
-            host=socket.gethostname(),
-            owner_pid=os.getpid(),
-            owner_start_time=self._start_time,
-            job=self._job,
-            tmpdir=self._tmpdir,
-            updated_at=time.time(),
-            services=list(self._services.values()),
-        ).model_dump_json(indent=1)
-        write_private_file(self.path, content)
-        if self.mirror is not None:
-            self.mirror.parent.mkdir(parents=True, exist_ok=True)
-            write_private_file(self.mirror, content, mode=self.mirror_mode)  # a results file
+        content = (
+            RegistryFile(
+                host=socket.gethostname(),
+                owner_pid=os.getpid(),
+                owner_start_time=self._start_time,
+                job=self._job,
+                tmpdir=self._tmpdir,
+                updated_at=time.time(),
+                services=list(self._services.values()),
+            )
+            .model_dump_json(indent=1)
+            .encode()
+        )
+        write_atomic(self.path, content, mode=PRIVATE_FILE_MODE)
+        if self.mirror is not None:  # a results file
+            make_dirs(self.mirror.parent, self.mirror_mode)
+            write_atomic(self.mirror, content, mode=self.mirror_mode)
 
     def record(self, record: ServiceRecord) -> None:
         """Add or replace the record of `record.name`."""
@@ -150,7 +153,7 @@ def _read_registry(path: Path) -> RegistryFile | None:
     try:
         check_private_dir(path.parent, what="the registry directory", fix="not reaping it")
         return RegistryFile.model_validate_json(read_owned_file(path))
-    except StackError as exc:
+    except (StackError, UntrustedFileError) as exc:
         logger.warning("janitor: ignoring registry %s: %s", path, exc)
     except (OSError, ValidationError) as exc:
         logger.warning("janitor: ignoring unreadable registry %s: %s", path, exc)

@@ -17,14 +17,10 @@ from typing import Any
 
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.settings import Profile
-from pytest_haico.errors import StackError
-from pytest_haico.stack.procfs import is_alive
-from pytest_haico.stack.statedir import (
-    default_state_dir,
-    ensure_private_dir,
-    read_owned_file,
-    write_private_file,
-)
+from pytest_haico.errors import StackError, UntrustedFileError
+from pytest_haico.files import PRIVATE_FILE_MODE, read_owned_file, write_atomic
+from pytest_haico.procfs import is_alive
+from pytest_haico.stack.statedir import default_state_dir, ensure_private_dir
 
 STATE_VERSION = 1
 KIND = "pytest-haico kept stack"
@@ -142,7 +138,7 @@ def state_path(arm: str) -> Path:
 
 
 def write_state(path: Path, state: KeptState) -> None:
-    write_private_file(path, state.to_json())
+    write_atomic(path, state.to_json().encode(), mode=PRIVATE_FILE_MODE)
 
 
 def read_state(path: Path) -> KeptState:
@@ -154,7 +150,7 @@ def read_state(path: Path) -> KeptState:
         raise StackError(
             f"{path}: no such state file; `haico stack status` lists the stacks kept up"
         ) from None
-    except StackError as exc:
+    except UntrustedFileError as exc:
         raise StackError(
             f"{exc}: not a state file of yours; give the file `haico stack up` printed"
         ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from pytest_haico.errors import PortInUseError, StackError
+from pytest_haico.files import create_file, make_dirs
 from pytest_haico.stack.janitor import Registry, ServiceRecord, reap_orphans
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.preparation import Preparation
@@ -356,12 +358,6 @@ class Orchestrator:
 
 def _create_log(path: Path, mode: int) -> None:
     """Create `path` with exactly `mode` (whatever the umask); an existing log is kept."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+    make_dirs(path.parent, mode)
+    with contextlib.suppress(FileExistsError):
+        os.close(create_file(path, mode))

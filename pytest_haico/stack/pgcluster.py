@@ -23,10 +23,11 @@ from pathlib import Path
 from filelock import FileLock
 
 from pytest_haico.errors import StackError
+from pytest_haico.files import ownership_problem
+from pytest_haico.procfs import death_signal_preexec
 from pytest_haico.stack.pgbinaries import PostgresBinaries
-from pytest_haico.stack.procfs import death_signal_preexec
 from pytest_haico.stack.service_log import read_log_tail
-from pytest_haico.stack.statedir import PREFIX, ensure_private_dir, ownership_problem
+from pytest_haico.stack.statedir import PREFIX, ensure_private_dir
 
 logger = logging.getLogger(__name__)
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_haico.files import atomic_file, write_all
 from pytest_haico.stack.apptainer import Apptainer, ContainerHttpService
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.service import Command
@@ -21,6 +20,7 @@ logger = logging.getLogger(__name__)
 PHOENIX_ARGV = ("python3", "-m", "phoenix.server.main", "serve")  # the image's CMD, spelled out
 PHOENIX_START_TIMEOUT_S = 300.0  # its imports and database migrations, from a SIF
 PHOENIX_DB = "phoenix.db"  # Phoenix's SQLite database in its working directory
+_COPY_CHUNK = 1 << 20
 
 
 def save_sqlite(source: Path, destination: Path, *, mode: int) -> bool:
@@ -42,20 +42,10 @@ def save_sqlite(source: Path, destination: Path, *, mode: int) -> bool:
     ):
         reader.backup(writer)
         writer.execute("PRAGMA journal_mode=DELETE")
-    partial = destination.with_name(f".{destination.name}.partial")
-    partial.unlink(missing_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(partial, flags, mode)
     try:
-        with os.fdopen(fd, "wb") as out, snapshot.open("rb") as data:
-            os.fchmod(out.fileno(), mode)  # the umask may have cut it
-            shutil.copyfileobj(data, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, destination)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+        with atomic_file(destination, mode=mode) as out, snapshot.open("rb") as data:
+            while chunk := data.read(_COPY_CHUNK):
+                write_all(out, chunk)
     finally:
         snapshot.unlink(missing_ok=True)
     return True

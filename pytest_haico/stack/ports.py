@@ -15,14 +15,10 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pytest_haico.errors import StackError
-from pytest_haico.stack.procfs import is_alive, read_proc_stat
-from pytest_haico.stack.statedir import (
-    ensure_private_dir,
-    read_owned_file,
-    resolve_state_dir,
-    write_private_file,
-)
+from pytest_haico.errors import StackError, UntrustedFileError
+from pytest_haico.files import PRIVATE_FILE_MODE, read_owned_file, write_atomic
+from pytest_haico.procfs import is_alive, read_proc_stat
+from pytest_haico.stack.statedir import ensure_private_dir, resolve_state_dir
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +92,8 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _read_claim(path: Path) -> PortClaim | None:
-    """The claim at `path`; raises StackError if the file is not ours (a symlink, another's)."""
+    """The claim at `path`; raises UntrustedFileError if the file is not ours (a symlink,
+    another's)."""
     if not os.path.lexists(path):
         return None
     try:
@@ -155,7 +152,7 @@ class PortPool:
                         continue
                     try:
                         existing = _read_claim(path)
-                    except StackError as exc:
+                    except UntrustedFileError as exc:
                         logger.warning("skipping port %d: its claim %s", port, exc)
                         continue
                     if existing is not None and not existing.is_stale():
@@ -171,7 +168,7 @@ class PortPool:
                         service=service,
                         claimed_at=time.time(),
                     )
-                    write_private_file(path, claim.model_dump_json())
+                    write_atomic(path, claim.model_dump_json().encode(), mode=PRIVATE_FILE_MODE)
                     self._claimed[port] = path
                     logger.debug("claimed port %d for %s", port, service)
                     return port
@@ -187,7 +184,7 @@ class PortPool:
         path = self._claimed.pop(port, None)
         if path is None:
             return
-        with self._lock, contextlib.suppress(StackError):
+        with self._lock, contextlib.suppress(UntrustedFileError):
             claim = _read_claim(path)
             if claim is not None and claim.pid == os.getpid():
                 path.unlink(missing_ok=True)
@@ -207,7 +204,7 @@ def reap_stale_claims(state_dir: Path | None = None) -> list[PortClaim]:
         for path in claims.glob("*.json"):
             try:
                 claim = _read_claim(path)
-            except StackError as exc:
+            except UntrustedFileError as exc:
                 logger.warning("janitor: leaving the port claim alone: %s", exc)
                 continue
             if claim is not None and claim.is_stale():

@@ -19,13 +19,14 @@ from secrets import token_urlsafe
 from typing import Protocol
 
 from pytest_haico.errors import PortInUseError, StackError
-from pytest_haico.redact import Redactor
-from pytest_haico.stack.procfs import (
+from pytest_haico.files import PRIVATE_FILE_MODE, create_file, write_all
+from pytest_haico.procfs import (
     death_signal_preexec,
     read_proc_stat,
     read_proc_uid,
     session_listens,
 )
+from pytest_haico.redact import Redactor
 from pytest_haico.stack.service_log import LOG_HEADER, read_last_log_line, read_log_tail
 
 logger = logging.getLogger(__name__)
@@ -145,17 +146,16 @@ def write_env_file(path: Path, env: Mapping[str, str], *, uid: int = -1, gid: in
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or "\0" in value or "\n" in value:
             raise StackError(f"{path}: refusing to write {key!r}: not a plain variable")
         lines.append(f"{key}={_shell_quote(value)}\n")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)  # never write-then-chmod: no moment of a wider mode
+    fd = create_file(path, PRIVATE_FILE_MODE)  # never write-then-chmod: no moment of a wider mode
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            if uid != -1 or gid != -1:
-                os.fchown(handle.fileno(), uid, gid)
-            os.fchmod(handle.fileno(), 0o600)  # the umask may have cut it: exactly 0600
-            handle.write("".join(lines))
+        if uid != -1 or gid != -1:
+            os.fchown(fd, uid, gid)
+        write_all(fd, "".join(lines).encode())
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(fd)
 
 
 def _shell_quote(value: str) -> str:

@@ -3,47 +3,27 @@
 Other users share `$TMPDIR` (mode 1777 on most nodes) and can create any name in it
 first, so a directory the plugin reuses is trusted only if `lstat` shows it is ours: a
 real directory (no symlink), owned by this user and writable by nobody else. A file
-the plugin reads back (a service registry, a port claim) must be ours too.
+the plugin reads back (a service registry, a port claim) must be ours too
+(`pytest_haico.files.read_owned_file`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import shutil
 import stat
 import tempfile
 from pathlib import Path
 
 from pytest_haico.errors import StackError
+from pytest_haico.files import ownership_problem
 
 PREFIX = "pytest-haico-"
 _FIX = (
     "remove it (as its owner or root) or set TMPDIR to a directory of your own "
     "(mode 0700), then run again"
 )
-
-
-def _user(uid: int) -> str:
-    try:
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except KeyError:
-        return f"uid {uid}"
-
-
-def ownership_problem(info: os.stat_result, *, uid: int | None = None) -> str | None:
-    """What makes an lstat result untrustworthy (None: owned by `uid`, writable by it only)."""
-    uid = os.geteuid() if uid is None else uid
-    if stat.S_ISLNK(info.st_mode):
-        return "is a symbolic link"
-    if info.st_uid != uid:
-        return f"is owned by {_user(info.st_uid)}, not by {_user(uid)}"
-    bits = (("group", stat.S_IWGRP), ("others", stat.S_IWOTH))
-    writable = [who for who, bit in bits if info.st_mode & bit]
-    if writable:
-        return f"is writable by {' and '.join(writable)} (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
 
 
 def check_private_dir(path: Path, *, what: str, uid: int | None = None, fix: str = _FIX) -> None:
@@ -87,46 +67,6 @@ def resolve_state_dir(state_dir: Path | None) -> Path:
         what="the pytest-haico state directory",
         fix="remove it or pass a directory of your own (mode 0700)",
     )
-
-
-def read_owned_file(path: Path) -> bytes:
-    """The content of `path` if it is a regular file of ours that nobody else may write.
-
-    Raises StackError if it is not (FileNotFoundError if it does not exist).
-
-    Opened without following a symlink, and judged by the opened file, so a swap
-    between the check and the read changes nothing.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if os.path.islink(path):
-            raise StackError(f"{path} is a symbolic link") from exc
-        raise StackError(f"{path} cannot be opened: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        problem = ownership_problem(info)
-        if problem is None and not stat.S_ISREG(info.st_mode):
-            problem = "is not a regular file"
-        if problem is not None:
-            raise StackError(f"{path} {problem}")
-        return handle.read()
-
-
-def write_private_file(path: Path, data: str, *, mode: int = 0o600) -> None:
-    """Replace `path` atomically by a file of `data` with exactly `mode`, whatever the umask.
-
-    A umask of 002 (usual with per-user groups) would make a file group-writable, and
-    the janitor would rightly no longer trust it.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.fdopen(os.open(tmp, flags, mode), "w") as handle:
-        os.fchmod(handle.fileno(), mode)
-        handle.write(data)
-    os.replace(tmp, path)
 
 
 def make_owned_tempdir(name: str, *, mode: int = 0o700) -> Path:

@@ -14,6 +14,7 @@ from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.config.item_list import parse_item_list
 from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
 from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
@@ -249,10 +250,10 @@ def _item_specs(submission: Submission, experiments: Experiments) -> list[ItemSp
 
 def _write_items(path: Path, items: Sequence[str], tasks: int) -> None:
     """The owed items, one test id per line; task k of the array runs lines k, k+tasks, ..."""
-    path.parent.mkdir(mode=0o750, exist_ok=True)
+    make_dirs(path.parent, DEFAULT_FILE_MODE)
     lines = [
         f"# {len(items)} items over {tasks} array tasks: task k runs the items at positions "
         f"k, k+{tasks}, k+{2 * tasks}, ... (--haico-shard k/{tasks})",
     ]
     lines += list(items)
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, ("\n".join(lines) + "\n").encode(), mode=DEFAULT_FILE_MODE)

@@ -15,7 +15,7 @@ from typing import Any
 from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.frozen import inputs_digest
 from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.files import make_dirs, write_new_file
+from pytest_haico.files import make_dirs, write_atomic
 
 SUBMISSIONS_DIR = "submissions"
 MANIFEST_FILE = "submission.json"
@@ -237,8 +237,8 @@ def freeze(submission: Submission, sources: Sources, *, created: str) -> Submiss
                     f"{submission.digest}: they changed while they were copied; submit again"
                 )
             _read_only(staging / "experiments")
-            write_new_file(
-                staging / MANIFEST_FILE, json.dumps(manifest, indent=2).encode() + b"\n", 0o440
+            write_atomic(
+                staging / MANIFEST_FILE, json.dumps(manifest, indent=2).encode() + b"\n", mode=0o440
             )
             staging.rename(submission.dir)
         except BaseException:

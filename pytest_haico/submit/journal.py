@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.files import append_line
+from pytest_haico.files import append_line
 
 Warn = Callable[[str], None]
 
@@ -127,7 +127,7 @@ class Journal:
         entry = {"state": state.value, "job": name, "time": now_iso(), **fields}
         line = json.dumps(entry, separators=(",", ":"), sort_keys=False).encode() + b"\n"
         try:
-            append_line(self.path, line, self.file_mode)
+            append_line(self.path, line, mode=self.file_mode)
         except OSError as exc:
             raise JournalError(
                 f"cannot write the submission journal {self.path}: {exc.strerror or exc}; "

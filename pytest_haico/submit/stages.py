@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
+from pytest_haico.files import DEFAULT_FILE_MODE, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
@@ -241,4 +242,4 @@ Submit the full stage (`haico submit {campaign_dir} --stage full`) only when all
 - [ ] `haico cost {campaign_dir}` measured each stratum, or you chose --time knowingly.
 - [ ] The digest above is the experiment you mean: an edit made since is a new submission.
 """
-    submission.checklist.write_text(text)
+    write_atomic(submission.checklist, text.encode(), mode=DEFAULT_FILE_MODE)

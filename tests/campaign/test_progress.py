@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from pytest_haico.campaign.progress import format_span
 from tests.harness import CampaignProject
 
 # `[ 3/11] demo plan-trip-r0 completed 0.4 s · 2 in flight · ETA 1 m 3 s`
@@ -250,11 +249,3 @@ def test_a_failed_items_explanation_appears_once_in_a_few_lines(
     )
     # The user's own assertion, in the same module, as pytest shows it.
     result.stdout.fnmatch_lines(["E*AssertionError: too many steps", "E*assert 12 < 10"])
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(0.04, "0.0 s"), (34.24, "34.2 s"), (59.96, "1 m 0 s"), (723, "12 m 3 s"), (7980, "2 h 13 m")],
-)
-def test_spans_read_in_seconds_minutes_or_hours(seconds: float, text: str) -> None:
-    assert format_span(seconds) == text

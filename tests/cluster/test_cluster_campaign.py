@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.procfs import is_alive, iter_processes
 from pytest_haico.stack import Orchestrator
 from pytest_haico.stack.local import build_llm_service
 from pytest_haico.stack.profiles import HttpService
@@ -29,7 +30,6 @@ from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, 
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
-from tests.polling import is_alive
 
 JOB_ID = "731"
 HOST = socket.gethostname()
@@ -207,19 +207,13 @@ def _survivors(pids: Iterable[int], needle: str) -> list[str]:
     its own), or whose command line names `needle`."""
     pids = set(pids)
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for stat in iter_processes():
         try:
-            raw = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = Path(f"/proc/{stat.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, UnicodeDecodeError):
             continue
-        fields = raw[raw.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if fields[0] in ("Z", "X"):
-            continue
-        if int(entry.name) in pids or int(fields[3]) in pids or needle in cmdline:
-            found.append(f"{entry.name}: {cmdline}")
+        if stat.pid in pids or stat.sid in pids or needle in cmdline:
+            found.append(f"{stat.pid}: {cmdline}")
     return found
 
 

@@ -22,6 +22,7 @@ from pytest_haico.config.cluster_env import ClusterEnv
 from pytest_haico.config.settings import Settings
 from pytest_haico.errors import ConfigError, StackError
 from pytest_haico.gates.filesystem import check_inputs_present
+from pytest_haico.procfs import is_alive
 from pytest_haico.runner.preflight import cluster_images
 from pytest_haico.stack.apptainer import ContainerHttpService
 from pytest_haico.stack.cluster import build_cluster_stack
@@ -35,7 +36,6 @@ from tests.cluster.shim_site import (
     PHOENIX_IMAGE_ENV,
     ShimSite,
 )
-from tests.polling import is_alive
 from tests.procs import environ, group_members
 
 PORTS = {"llm": 25000, "postgres": 25001, "phoenix": 25003, "backend": 25002}

@@ -21,6 +21,7 @@ from pytest_haico.driver.conversation import ConversationResult, make_thread_id,
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import StackError
 from pytest_haico.ledger.verdicts import Verdict
+from pytest_haico.procfs import is_alive
 from pytest_haico.provenance.dumps import DatabaseDumps
 from pytest_haico.redact import Redactor
 from pytest_haico.stack import Orchestrator
@@ -35,7 +36,6 @@ from tests.cluster.shim_site import (
     ShimSite,
     scratch_site,
 )
-from tests.polling import is_alive
 from tests.procs import environ, tree
 
 SCRIPT = Script.model_validate(

@@ -11,18 +11,18 @@ def test_enough_walltime_for_the_slowest_item_and_the_drain_passes() -> None:
     result = check_walltime(3600.0, 600.0, drain_margin_s=120.0, stratum="long")
     assert result.passed, result
     assert result.detail == (
-        "the job ends in 60 min; the slowest item of stratum long took 10 min + 120 s drain "
-        "margin = 12 min"
+        "the job ends in 1 h 0 min; the slowest item of stratum long took 10 min 0 s + 120 s "
+        "drain margin = 12 min 0 s"
     )
 
 
 def test_too_little_walltime_fails_with_the_time_to_ask_for() -> None:
     result = check_walltime(500.0, 600.0, drain_margin_s=120.0, stratum="long")
     assert result.failure_line == (
-        "gate walltime failed: the job ends in 8 min; the slowest item of stratum long took "
-        "10 min + 120 s drain margin = 12 min: not even that item could finish; resubmit with "
-        "a longer --time (at least 12 min; `haico cost` prints what to ask for), or select a "
-        "cheaper stratum with --haico-stratum"
+        "gate walltime failed: the job ends in 8 min 20 s; the slowest item of stratum long "
+        "took 10 min 0 s + 120 s drain margin = 12 min 0 s: not even that item could finish; "
+        "resubmit with a longer --time (at least 12 min 0 s; `haico cost` prints what to ask "
+        "for), or select a cheaper stratum with --haico-stratum"
     )
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.procfs import is_alive
 from tests.harness import CONVERSATION_MODULE, CampaignProject
-from tests.polling import is_alive, wait_for
+from tests.polling import wait_for
 
 HAND_WRITTEN = """
 import json

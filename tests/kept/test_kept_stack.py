@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from pytest_haico.stack import procfs
+from pytest_haico import procfs
 from pytest_haico.stack.ports import is_port_free
 from tests.harness import CONVERSATION_MODULE, CampaignProject
-from tests.polling import is_alive, wait_for
+from tests.polling import wait_for
 
 
 class KeptProject:
@@ -155,7 +155,7 @@ def test_two_runs_use_one_kept_stack_that_only_down_stops(kept: KeptProject) -> 
     down = kept.haico("stack", "down", "demo")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "final dump" in down.stdout and "no process left" in down.stdout
-    assert not any(is_alive(pid) for pid, _ in before.values())
+    assert not any(procfs.is_alive(pid) for pid, _ in before.values())
     assert all(is_port_free(port) for port in ports)
     assert not state.exists()
     assert len(list((Path(kept_dir) / "dumps").glob("final-*.dump"))) == 1
@@ -173,7 +173,7 @@ def test_a_killed_supervisor_takes_its_services_and_leaves_a_gone_stack(
     supervisor, _ = processes.pop("supervisor")
     os.kill(supervisor, signal.SIGKILL)
     wait_for(
-        lambda: not any(is_alive(pid) for pid, _ in processes.values()),
+        lambda: not any(procfs.is_alive(pid) for pid, _ in processes.values()),
         timeout=10,
         what="the services to die with their supervisor",
     )
@@ -328,5 +328,7 @@ def test_ctrl_c_of_up_while_the_stack_starts_leaves_no_process(kept: KeptProject
     assert "the stack did not start" in supervisor_lines
     spawned = [int(pid) for pid in re.findall(r": spawned pid (\d+) on port", supervisor_lines)]
     assert spawned
-    wait_for(lambda: not any(is_alive(pid) for pid in spawned), timeout=10, what="every service")
+    wait_for(
+        lambda: not any(procfs.is_alive(pid) for pid in spawned), timeout=10, what="every service"
+    )
     assert not (kept.stacks / "demo.json").exists()

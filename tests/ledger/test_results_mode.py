@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pytest_haico.driver.transcripts import TranscriptWriter
-from pytest_haico.ledger.files import dir_mode, make_dirs
+from pytest_haico.files import dir_mode, make_dirs
 from pytest_haico.redact import Redactor
 from tests.harness import CampaignProject
-
-
-@pytest.fixture
-def umask() -> Iterator[None]:
-    """Restores the umask a test sets."""
-    old = os.umask(0o022)
-    os.umask(old)
-    yield
-    os.umask(old)
 
 
 def modes(root: Path) -> dict[str, set[str]]:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,7 @@ import pytest
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ConfigError, ResultsError, ShareClaimedError
 from pytest_haico.ledger import claims
-from pytest_haico.ledger.claims import (
-    Holder,
-    claim_share,
-    process_start_time,
-)
+from pytest_haico.ledger.claims import Holder, claim_share
 from tests.harness import BackgroundRun, CampaignProject
 
 # Each item waits until the gate file exists, so the first run holds its claim for as
@@ -172,13 +167,6 @@ def test_release_leaves_a_claim_that_is_no_longer_ours(tmp_path: Path) -> None:
     write_claim(path, run_id="taken-over.1")
     claim.release()
     assert json.loads(path.read_text())["run_id"] == "taken-over.1"
-
-
-def test_process_start_time_tells_a_live_process_from_a_dead_one() -> None:
-    assert process_start_time(os.getpid()) is not None
-    child = subprocess.Popen(["true"])
-    child.wait()
-    assert process_start_time(child.pid) is None
 
 
 def test_a_claim_that_cannot_be_taken_after_several_tries_is_an_error(

@@ -13,7 +13,7 @@ from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.item_times import ItemTime, ItemTimes
 from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.ledger.verdicts import Verdict
-from pytest_haico.runner.walltime import JobEndTime, WalltimeAdmission, format_duration
+from pytest_haico.runner.walltime import JobEndTime, WalltimeAdmission
 from pytest_haico.slurm.client import Answer, NoAnswer, NotRun
 from pytest_haico.slurm.records import parse_slurm_time
 
@@ -127,14 +127,6 @@ def make_record(stratum: str, verdict: Verdict, duration_s: float, item: int) ->
 
 
 # -- durations ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(-5, "0 s"), (0.4, "0 s"), (45, "45 s"), (250, "4 min 10 s"), (7500, "2 h 5 min")],
-)
-def test_durations_read_as_minutes_and_seconds(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
 
 
 # -- the job's end time ------------------------------------------------------------------

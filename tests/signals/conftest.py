@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack.pgbinaries import find_postgres_binaries
 from tests.harness import CONVERSATION_MODULE, CampaignProject
-from tests.polling import is_alive
 
 # A turn that makes the model call a tool: a hanging model then holds the turn's next request.
 ARTIFACT_TURN = "Write it up as a document."

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_haico.procfs import is_alive
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "salloc", "srun")
 
@@ -142,7 +144,7 @@ class SlurmCluster:
                 return
             for daemon in ("slurmctld", "slurmd"):
                 pid = self._pid(daemon)
-                if pid is None or not _alive(pid):
+                if pid is None or not is_alive(pid):
                     raise RuntimeError(f"{daemon} died at start:\n{self.log_tail(daemon)}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the node is {state!r}, not idle, after {timeout} s")
@@ -152,13 +154,13 @@ class SlurmCluster:
         """Stop every daemon by its PID file: SIGTERM, then SIGKILL after `grace` seconds."""
         for daemon in ("slurmd", "slurmctld", "munged"):
             pid = self._pid(daemon)
-            if pid is None or not _alive(pid):
+            if pid is None or not is_alive(pid):
                 continue
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + grace
-            while _alive(pid) and time.monotonic() < deadline:
+            while is_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _alive(pid):
+            if is_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
     def run(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -207,7 +209,7 @@ class SlurmCluster:
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if marks <= environ and _alive(int(proc.name)):
+            if marks <= environ and is_alive(int(proc.name)):
                 found.append(f"{proc.name}: {cmdline.decode(errors='replace')}")
         return found
 
@@ -246,11 +248,3 @@ class SlurmCluster:
 def _fields(line: str) -> dict[str, str]:
     """``KEY=VALUE`` words of one Slurm record line."""
     return dict(word.split("=", 1) for word in line.split() if "=" in word)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(") ")[2][:1] != "Z"

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_haico.stack import procfs
+from pytest_haico import procfs
 from tests.polling import wait_for
 from tests.slurm.cluster import SlurmCluster
 

@@ -41,9 +41,10 @@ from typing import Any
 
 import pytest
 
-from pytest_haico.runner.walltime import format_duration
+from pytest_haico.durations import format_duration
+from pytest_haico.procfs import is_alive
 from tests.harness import CONVERSATION_MODULE, clear_campaign_environment
-from tests.polling import is_alive, wait_for
+from tests.polling import wait_for
 from tests.signals.conftest import dumps, restorable
 from tests.slurm.cluster import SlurmCluster
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from pytest_haico.procfs import read_proc_stat
 from pytest_haico.stack import HttpService, ServiceRecord
 from pytest_haico.stack.janitor import RegistryFile
-from pytest_haico.stack.procfs import read_proc_stat
 
 TINY_SERVICE = Path(__file__).with_name("tiny_service.py")
 STACK_OWNER = Path(__file__).with_name("stack_owner.py")

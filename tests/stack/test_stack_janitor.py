@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import pytest_haico
+from pytest_haico.procfs import is_alive, read_proc_stat
 from pytest_haico.stack import Orchestrator, Registry, ServiceRecord, reap_orphans
-from pytest_haico.stack.procfs import is_alive, read_proc_stat
 from tests.polling import wait_for
 from tests.stack.stack_helpers import (
     STACK_OWNER,
@@ -32,8 +32,9 @@ from tests.stack.stack_helpers import (
 
 
 def _ppid(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
+    stat = read_proc_stat(pid)
+    assert stat is not None, f"pid {pid} is gone"
+    return stat.ppid
 
 
 # Under umask 002 (usual with per-user groups) its files must still be private, or the
@@ -190,7 +191,7 @@ _IN_A_PID_NAMESPACE = """
 import json, subprocess, sys
 from pathlib import Path
 from pytest_haico.stack import ServiceRecord, reap_orphans
-from pytest_haico.stack.procfs import is_alive, read_proc_stat
+from pytest_haico.procfs import is_alive, read_proc_stat
 from tests.stack.stack_helpers import record_of, write_registry
 
 state = Path(sys.argv[1])

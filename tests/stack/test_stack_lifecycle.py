@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import is_alive, iter_session
 from pytest_haico.stack import Orchestrator, PortPool, ServiceProcess
-from pytest_haico.stack.procfs import is_alive, iter_session
 from tests.stack.stack_helpers import tiny
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import HttpService, Orchestrator, PostgresService
 from pytest_haico.stack.janitor import RegistryFile
-from pytest_haico.stack.procfs import is_alive
 from tests.stack.stack_helpers import tiny
 
 

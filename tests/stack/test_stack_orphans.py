@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.procfs import is_alive, iter_session
 from pytest_haico.stack import is_port_free, reap_orphans
-from pytest_haico.stack.procfs import is_alive, iter_session
 from tests.harness import start_pytest
 from tests.polling import wait_for
 from tests.stack.stack_helpers import TINY_SERVICE

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import PortPool, derive_base_port, is_port_free, reap_stale_claims
 from pytest_haico.stack.ports import PORT_HIGH, PORT_LOW, PortClaim
-from pytest_haico.stack.procfs import is_alive
 from tests.polling import wait_for
 from tests.stack.stack_helpers import STACK_OWNER
 

@@ -16,6 +16,7 @@ import pytest
 from psycopg import errors
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import read_proc_stat
 from pytest_haico.stack import (
     Orchestrator,
     PostgresBinaries,
@@ -24,7 +25,6 @@ from pytest_haico.stack import (
     find_postgres_binaries,
     pgbinaries,
 )
-from pytest_haico.stack.procfs import read_proc_stat
 
 
 @pytest.fixture(scope="module")

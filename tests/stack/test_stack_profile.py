@@ -10,8 +10,8 @@ import httpx
 import psycopg
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import Stack, StackRequest, build_local_stack
-from pytest_haico.stack.procfs import is_alive
 
 
 def _build(

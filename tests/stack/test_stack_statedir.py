@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.errors import StackError
+from pytest_haico.procfs import is_alive
 from pytest_haico.stack import Orchestrator, ServiceRecord, reap_orphans
-from pytest_haico.stack.procfs import is_alive
 from pytest_haico.stack.statedir import default_state_dir
 from tests.stack.stack_helpers import (
     give_to_nobody,

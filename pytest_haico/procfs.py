@@ -1,4 +1,5 @@
-"""Processes as /proc shows them (stat, uid, session, listening sockets); parent-death signals."""
+"""Processes as /proc shows them (stat, uid, session, listening sockets, the boot); parent-death
+signals. The only reader of /proc/<pid>/stat."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ _PR_SET_PDEATHSIG = 1
 
 @dataclass(frozen=True)
 class ProcStat:
-    """The fields of /proc/<pid>/stat the lifecycle needs."""
+    """The fields of /proc/<pid>/stat the lifecycle (and the benchmarks' CPU account) need."""
 
     pid: int
     state: str
@@ -23,17 +24,29 @@ class ProcStat:
     pgid: int
     sid: int
     start_time: int  # clock ticks since boot: with the pid, identifies a process across pid reuse
+    cpu_ticks: int  # user + system time of the process
+    children_cpu_ticks: int  # user + system time of its children that it has reaped
 
 
 def read_proc_stat(pid: int) -> ProcStat | None:
-    """The process's stat, or None if there is no such process."""
+    """The process's stat, or None if there is no such process (or none this user may see:
+    /proc mounted with hidepid shows only our own)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:
         return None
     # comm (field 2) may contain spaces and parentheses; everything after the last ")" is plain.
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    return ProcStat(
+        pid,
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgid=int(fields[2]),
+        sid=int(fields[3]),
+        start_time=int(fields[19]),
+        cpu_ticks=int(fields[11]) + int(fields[12]),
+        children_cpu_ticks=int(fields[13]) + int(fields[14]),
+    )
 
 
 def read_proc_uid(pid: int) -> int | None:
@@ -48,12 +61,27 @@ def read_proc_uid(pid: int) -> int | None:
     return None
 
 
-def is_alive(pid: int, start_time: int | None = None) -> bool:
-    """Whether `pid` runs (zombies count as dead) and, if given, started at `start_time`."""
+def live_start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), or None if it is not running (a zombie
+    has ended; its parent just has not reaped it)."""
     stat = read_proc_stat(pid)
     if stat is None or stat.state in ("Z", "X"):
-        return False
-    return start_time is None or stat.start_time == start_time
+        return None
+    return stat.start_time
+
+
+def is_alive(pid: int, start_time: int | None = None) -> bool:
+    """Whether `pid` runs (zombies count as dead) and, if given, started at `start_time`."""
+    started = live_start_time(pid)
+    return started is not None and (start_time is None or started == start_time)
+
+
+def boot_id() -> str | None:
+    """This boot of the host (a start time means nothing across a reboot); None if unknown."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
 
 
 def iter_processes() -> Iterator[ProcStat]:
