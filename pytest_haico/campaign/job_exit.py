@@ -12,14 +12,13 @@ with the job's code.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_haico.ledger.files import write_new_file
+from pytest_haico.errors import UntrustedFileError
+from pytest_haico.files import PRIVATE_FILE_MODE, read_owned_file, write_atomic
 from pytest_haico.ledger.format import UnreadableLedgerError, iter_ledger
 from pytest_haico.ledger.resume import ResumeIndex
 
@@ -33,25 +32,17 @@ CAMPAIGN_CODES = frozenset({0, 4, 75, 78})
 def write_run_items(path: Path, items: Mapping[Path, Sequence[str]]) -> None:
     """Write, whole, the ledgers of this run and the item ids each is to record."""
     document = {"ledgers": [{"path": str(p), "items": list(ids)} for p, ids in items.items()]}
-    write_new_file(path, json.dumps(document).encode(), 0o600)
+    write_atomic(path, json.dumps(document).encode(), mode=PRIVATE_FILE_MODE)
 
 
 def read_run_items(path: Path) -> dict[Path, list[str]] | None:
     """What `write_run_items` wrote; None when nothing was (pytest died before its items
     were chosen) or the file is not this user's own regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        document = json.loads(read_owned_file(path) or b"null")
+        return {Path(e["path"]): [str(i) for i in e["items"]] for e in document["ledgers"]}
+    except (OSError, UntrustedFileError, ValueError, TypeError, KeyError):
         return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-            return None
-        try:
-            document = json.loads(handle.read() or b"null")
-            return {Path(e["path"]): [str(i) for i in e["items"]] for e in document["ledgers"]}
-        except (ValueError, TypeError, KeyError):
-            return None
 
 
 def owed_items(items: Mapping[Path, Sequence[str]]) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.stack.procfs import iter_processes
+from pytest_haico.procfs import iter_processes
 from tests.harness import CampaignProject
 from tests.polling import wait_for
 from tests.signals.conftest import (
