@@ -1,6 +1,7 @@
 """A batch job's exit code when pytest ended without one of campaign mode's (0, 75, 78, 4):
 killed by a signal (a `kill -9`, a TERM during its own exit), 75 if its items are still owed
-a record and 0 if not, from its ledgers; any other code is 4.
+a record and 0 if not, from its ledgers; any other code is 4. What a killed run's pg_dump
+(killed with it) left of a dump is removed.
 
 The batch script makes a node-local file and names it in `RUN_ITEMS_ENV`; once the run has
 claimed its run directories the plugin writes there each ledger it appends to and the items
@@ -21,6 +22,8 @@ from pytest_haico.errors import UntrustedFileError
 from pytest_haico.files import PRIVATE_FILE_MODE, read_owned_file, write_atomic
 from pytest_haico.ledger.format import UnreadableLedgerError, iter_ledger
 from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.ledger.rundir import run_dir_of_ledger
+from pytest_haico.provenance.dumps import remove_partial_dumps, run_dumps_dir
 
 RUN_ITEMS_ENV = "HAICO_RUN_ITEMS"
 EXIT_FINISHED = 0
@@ -87,6 +90,17 @@ def job_exit(status: int, run_items: Path) -> tuple[int, str]:
     return EXIT_FINISHED, f"{killed} after all of its {total} item(s) were recorded: exit 0"
 
 
+def remove_killed_dumps(run_items: Path) -> list[Path]:
+    """Remove the partial dump files of the runs in `run_items`, which pytest's death (and
+    their pg_dump's with it) left behind; the paths removed."""
+    items = read_run_items(run_items) or {}
+    return [
+        partial
+        for ledger in items
+        for partial in remove_partial_dumps(run_dumps_dir(run_dir_of_ledger(ledger)))
+    ]
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -102,8 +116,12 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) != 2 or not argv[0].isdigit():
         _warn("usage: python -m pytest_haico.campaign.job_exit STATUS FILE")
         return EXIT_USAGE
-    code, why = job_exit(int(argv[0]), Path(argv[1]))
+    status, run_items = int(argv[0]), Path(argv[1])
+    code, why = job_exit(status, run_items)
     _warn(why)
+    if status > 128:
+        for partial in remove_killed_dumps(run_items):
+            _warn(f"removed {partial}: a dump the killed run never completed")
     return code
 
 

@@ -3,7 +3,8 @@ before the stack stops, each written under a temporary name and renamed when com
 
 The temporary (partial) file is made with the results mode before pg_dump writes into it,
 and removed whenever its dump does not complete; pg_dump dies with the thread that started
-it, so a killed pytest leaves no pg_dump writing behind."""
+it, so a killed pytest leaves no pg_dump writing behind, and the batch job removes what
+partial file it left (`remove_partial_dumps`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,24 @@ _log = logging.getLogger(__name__)
 
 DumpKind = Literal["periodic", "final"]
 DUMP_TIMEOUT_S = 600.0
+PARTIAL_SUFFIX = ".partial"
+
+
+def run_dumps_dir(run_dir: Path) -> Path:
+    """Where the run in `run_dir` writes its dumps."""
+    return run_dir / "dumps"
+
+
+def remove_partial_dumps(dumps_dir: Path) -> list[Path]:
+    """Remove the partial files of dumps that never completed (their run was killed, and
+    its pg_dump with it); the paths removed."""
+    removed: list[Path] = []
+    with contextlib.suppress(OSError):  # no dumps directory: nothing was dumped
+        for partial in dumps_dir.glob(f".*.dump{PARTIAL_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+                removed.append(partial)
+    return removed
 
 
 class DatabaseDumps:
@@ -65,7 +84,7 @@ class DatabaseDumps:
             make_dirs(self.dumps_dir, self.file_mode)
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
             final = self._free_name(f"{kind}-{stamp}")
-            partial = final.with_name(f".{final.name}.partial")
+            partial = final.with_name(f".{final.name}{PARTIAL_SUFFIX}")
             command = self.postgres.dump_command(partial)
             if self._aborted.is_set():
                 raise DumpError(f"pg_dump ({kind}) not started: the run is ending at once")

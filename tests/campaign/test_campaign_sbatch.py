@@ -139,3 +139,22 @@ def test_no_run_items_file_is_left_behind(tmp_path: Path) -> None:
     )
     assert done.returncode == 75
     assert list(temp.iterdir()) == []
+
+
+def test_a_killed_runs_partial_dump_is_removed_and_its_complete_dumps_kept(
+    tmp_path: Path,
+) -> None:
+    arm = tmp_path / "results" / "default" / "demo"
+    (arm / "ledger").mkdir(parents=True)
+    dumps = arm / "runs" / "500_1.1" / "dumps"
+    dumps.mkdir(parents=True)
+    partial = dumps / ".final-20261202T000000Z.dump.partial"
+    partial.touch()
+    complete = dumps / "periodic-20261201T235000Z.dump"
+    complete.touch()
+    items = f'{{"ledgers": [{{"path": "{arm}/ledger/500_1.1.jsonl", "items": ["s1"]}}]}}'
+    kill = f"printf '%s' '{items}' > \"$HAICO_RUN_ITEMS\"; kill -9 $$"
+    done = run_wrapper(tmp_path, exiting_interpreter(tmp_path, kill))
+    assert done.returncode == 75, done.stderr
+    assert f"haico: removed {partial}: a dump the killed run never completed\n" in done.stderr
+    assert list(dumps.iterdir()) == [complete]
