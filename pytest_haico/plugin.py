@@ -111,8 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[ARM_RUNS_KEY] = campaign.sessions
     config.pluginmanager.register(campaign, CAMPAIGN_PLUGIN)
     config.pluginmanager.register(campaign.signals, SIGNALS_PLUGIN)
-    campaign.signals.install()
     if collects(config, settings.experiments):
+        # A run of other tests beside the campaign (this repository's own, a user's unit
+        # tests) keeps the handlers it has: the campaign installs them only once its
+        # collection shows a test that asks for it.
+        campaign.signals.install()
         from pytest_haico.campaign.progress import ProgressPlugin
 
         # Registers itself as "haico-progress" when the output is a job log, not a terminal.

@@ -11,7 +11,11 @@ from pathlib import Path
 # met first. pytester restores sys.modules after each in-process run: if httpcore were first
 # imported inside one, a later test would get a second copy whose errors (a backend killed
 # mid-stream) escape httpx unmapped. Importing it here, before any run, keeps one copy.
+# numpy (under pandas and matplotlib) is imported here too: pytester also drops what a test
+# imported, and numpy refuses a second load into one process, so a test using pytester that
+# imported it first (whichever runs first on an xdist worker) would break every later one.
 import httpcore  # noqa: F401
+import numpy  # noqa: F401
 import pytest
 
 from pytest_haico.stack import Orchestrator, PostgresService

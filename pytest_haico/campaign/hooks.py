@@ -37,6 +37,9 @@ from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.arm_runs import ArmRuns
 
 ITEM_PARAM = "haico_item"
+# A test asking for either runs the campaign: haico_conversation asks for haico_item, and
+# haico_client for haico_stack.
+_CAMPAIGN_FIXTURES = frozenset({ITEM_PARAM, "haico_stack"})
 _log = logging.getLogger(__name__)
 
 
@@ -96,6 +99,10 @@ class CampaignPlugin:
         # Outermost wrapper: after -k/-m and any reordering plugin (--ff, random order)
         # have run, select and group what is left.
         yield
+        if not self.collects_experiments and _asks_for_campaign(items):
+            # Collected from elsewhere (plugin.py installed none at configure): a test of
+            # the campaign runs, and a signal must stop it the campaign's way.
+            self.signals.install()
         self._select(config, items)
         if self.settings.gates_only and items:
             # The gates are the whole run: nothing is recorded, nothing is skipped.
@@ -313,6 +320,10 @@ class CampaignPlugin:
             sessions=self.sessions,
             interrupted=self.interrupted,
         )
+
+
+def _asks_for_campaign(items: list[pytest.Item]) -> bool:
+    return any(_CAMPAIGN_FIXTURES.intersection(getattr(i, "fixturenames", ())) for i in items)
 
 
 def _spec_of(item: pytest.Item) -> ItemSpec | None:

@@ -3,8 +3,10 @@
 A batch wrapper starts pytest in the background of a non-interactive shell, which hands it
 SIGINT ignored, and Python keeps an inherited SIG_IGN; Python's default for SIGTERM and
 SIGUSR1 is to die without finalizers. So all three handlers are installed whatever the
-process inherited, from configure on, and the previous ones are restored at unconfigure (an
-in-process pytester run leaves none behind).
+process inherited, from configure on in a run that collects the experiments directory (at
+the end of collection in one that collects a campaign's tests from elsewhere; never in one
+that collects none), and the previous ones are restored at unconfigure (an in-process
+pytester run leaves none behind).
 
 * INT: every in-flight item is recorded `interrupted` at once; campaign mode exits 75.
 * USR1: nothing new starts; in-flight conversations get --haico-drain-timeout, then are

@@ -9,7 +9,6 @@ import os
 import pwd
 import stat
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -181,11 +180,9 @@ def test_a_model_server_dying_while_it_loads_fails_the_start_at_once(
     shim_site.configure_vllm(load_s=0.2, load_lines=2, die_during_load=True)
     stack = _build(shim_site, tmp_path)
     assert stack.llm is not None and stack.llm.start_timeout == 1800.0
-    began = time.monotonic()
     with pytest.raises(StackError) as raised:
         stack.start()
-    assert time.monotonic() - began < 60  # not the 30-minute timeout
-    message = str(raised.value)
+    message = str(raised.value)  # the death, not the 30-minute timeout
     assert message.startswith("llm exited with status 1 before it was healthy (pid ")
     assert "RuntimeError: CUDA error: out of memory" in message
     assert not [p for p in stack.orchestrator.processes.values() if is_alive(p.pid or 0)]

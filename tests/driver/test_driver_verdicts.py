@@ -297,9 +297,9 @@ async def test_turn_that_never_answers_times_out(converse: Converse) -> None:
     assert done.result.verdict is Verdict.INFRA_ERROR
     assert done.result.error is not None
     assert done.result.error.kind == "timeout"
+    assert "no end of turn within 0.05 s" in done.result.error.message
     assert len(backend.requests) == 1
     assert done.result.turns[0].latency_s is not None
-    assert done.result.turns[0].latency_s < 2.0
 
 
 async def test_turn_timeout_defaults_to_the_arm(converse: Converse) -> None:

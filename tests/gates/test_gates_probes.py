@@ -107,4 +107,3 @@ async def test_a_probe_that_gets_no_answer_ends_at_its_timeout() -> None:
         reply = await get(client, "http://x/v1/models", headers={}, timeout_s=0.2)
     assert reply.status is None
     assert reply.describe() == "GET http://x/v1/models: no answer within 0.2 s"
-    assert reply.seconds < 2

@@ -7,14 +7,16 @@ import os
 import re
 import signal
 import sys
-import time
 
 import pytest
 
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
-# --haico-drain-timeout's default: the grace the old Ctrl-C path waited in full.
-DRAIN_TIMEOUT_S = 120.0
+# The grace the old Ctrl-C path waited in full (--haico-drain-timeout): far beyond the
+# bounded waits below, so a run that waits for it cannot pass.
+DRAIN_TIMEOUT_S = 3600
+# How long a run that stops at once is waited for.
+STOP_WAIT_S = 120
 # Far beyond any bound below: a turn that waits for it cannot pass these tests.
 TURN_TIMEOUT_S = 600
 
@@ -59,20 +61,19 @@ def test_ctrl_c_records_in_flight_items_interrupted_at_once_and_exits_75(
     )
     campaign.scripts("a.jsonl", scripts(6, text=HANGING_TURN))
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
-    process = campaign.start("--haico-exit", "campaign")
+    process = campaign.start(
+        "--haico-exit", "campaign", "--haico-drain-timeout", str(DRAIN_TIMEOUT_S)
+    )
     process.wait_for(
         lambda: transcripts(campaign, "demo") >= 3, timeout=120, what="3 conversations"
     )
 
-    signalled = time.monotonic()
     process.send_signal(signal.SIGINT)
-    code = process.wait(timeout=DRAIN_TIMEOUT_S + 60)
-    elapsed = time.monotonic() - signalled
+    # No drain: the old code waited the whole grace for the hung turns.
+    code = process.wait(timeout=STOP_WAIT_S)
 
     text = process.output()
     assert code == 75, text
-    # No drain: the old code waited the whole default grace for the hung turns.
-    assert elapsed < DRAIN_TIMEOUT_S, text
     records = campaign.records("demo")
     assert len(records) == 3
     assert {r["verdict"] for r in records} == {"interrupted"}
@@ -106,14 +107,12 @@ def test_a_killed_postgres_ends_the_run_at_once_and_names_it(
     postgres = service_pid(campaign, "demo", "postgres")
     assert postgres is not None
 
-    killed = time.monotonic()
     os.kill(postgres, signal.SIGKILL)
+    # At once: a run that waited for the turns' timeout would end only 600 s on.
     code = process.wait(timeout=TURN_TIMEOUT_S / 5)
-    elapsed = time.monotonic() - killed
 
     text = process.output()
     assert code == 75, text
-    assert elapsed < TURN_TIMEOUT_S / 10, text
     records = campaign.records("demo")
     assert len(records) == 3, records
     for record in records:
@@ -237,7 +236,7 @@ def test_int_or_term_to_a_pytest_started_in_the_background_records_interrupted_a
     )
 
     process.send_signal(signum)
-    code = process.wait(timeout=DRAIN_TIMEOUT_S)
+    code = process.wait(timeout=STOP_WAIT_S)
 
     text = process.output()
     assert code == 75, text

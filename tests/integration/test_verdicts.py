@@ -178,7 +178,8 @@ def test_a_model_that_hangs_once_the_conversation_goes_on_times_out_as_an_infra_
     }
     doc = records["hang"]["doc"]
     assert doc["error"]["kind"] == "timeout"
-    assert len(doc["turns"]) == 2 and doc["turns"][0]["latency_s"] < 2
+    # The first turn ended (a latency) and did not time out: a timeout ends the conversation.
+    assert len(doc["turns"]) == 2 and doc["turns"][0]["latency_s"] is not None
 
 
 def test_429_is_rate_limited(records: Records) -> None:

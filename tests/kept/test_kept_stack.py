@@ -313,6 +313,8 @@ def test_ctrl_c_of_up_while_the_stack_starts_leaves_no_process(kept: KeptProject
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell at a terminal, whatever this pytest inherited (a background job's is ignored).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert up.stdout is not None
     for line in up.stdout:  # `up` shows the services' start-up as the supervisor logs it

@@ -4,8 +4,10 @@ times (one and three completions of a stand-in answering after 200 ms)."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -30,18 +32,26 @@ def test_the_cost_of_each_stratum_follows_its_known_item_time(campaign: Campaign
     ]
     campaign.scripts("s.jsonl", "".join(json.dumps(s) + "\n" for s in scripts))
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    began = time.monotonic()
     run = campaign.run_subprocess("--haico-exit", "campaign", "--haico-limit-per-stratum", "5")
+    ran_s = time.monotonic() - began
     assert run.ret == 0, run.stdout.str()
 
     costs = load_costs(campaign.root / "results" / "default", warn=pytest.fail)
     one, three = costs[("demo", "one")], costs[("demo", "three")]
     assert (one.n, three.n, one.done, three.done) == (5, 5, 5, 5)
-    assert one.median_s is not None and three.median_s is not None
-    # Every completion waits for the stand-in's latency; the rest is the harness's.
-    assert one.median_s >= LATENCY_S and three.median_s >= 3 * LATENCY_S
-    assert 2.0 < three.median_s / one.median_s < 3.5
-    # The stack's start-up (Postgres, the stand-ins, the gates) was measured for the arm.
-    assert one.startup_s is not None and 0 < one.startup_s < 120
+    # The figures are the ledger's item times; every completion waits for the stand-in's
+    # latency, the rest is the harness's.
+    times = {
+        stratum: [r["duration_s"] for r in campaign.records("demo") if r["stratum"] == stratum]
+        for stratum in ("one", "three")
+    }
+    assert one.median_s == statistics.median(times["one"])
+    assert three.median_s == statistics.median(times["three"])
+    assert min(times["one"]) >= LATENCY_S and min(times["three"]) >= 3 * LATENCY_S
+    # The stack's start-up (Postgres, the stand-ins, the gates) was measured for the arm,
+    # within the run.
+    assert one.startup_s is not None and 0 < one.startup_s < ran_s
     assert one.startup_s == three.startup_s
 
     report = subprocess.run(

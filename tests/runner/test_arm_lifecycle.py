@@ -199,6 +199,9 @@ def test_a_service_death_ends_what_is_in_flight_as_infra_error_naming_it(
         assert conversation.result.error.kind == "service_died"
         assert conversation.result.error.message.startswith(named)
     assert [r.verdict for r in harness.recorder.records] == [Verdict.INFRA_ERROR] * 2
+    # The watch tells the session after it cancelled what was in flight: their records can
+    # come first.
+    wait_for(lambda: bool(harness.stops), timeout=TIMEOUT_S, what="the stop")
     assert len(harness.stops) == 1 and harness.stops[0].startswith(named)
     with pytest.raises(NotAdmittedError):  # nothing more is admitted
         harness.run.wait(attempt(2))

@@ -1,4 +1,5 @@
-"""A real single-node Slurm for the tests marked `slurm`: started once, stopped by PID."""
+"""A real single-node Slurm for the tests marked `slurm` (conftest.py marks this folder's):
+started once, stopped by PID."""
 
 from __future__ import annotations
 
@@ -7,12 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.slurm.cluster import SlurmCluster, missing_requirements
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/slurm/" in item.nodeid:
-            item.add_marker(pytest.mark.slurm)
 
 
 @pytest.fixture(scope="session")

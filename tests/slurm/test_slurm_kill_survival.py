@@ -513,19 +513,15 @@ def test_scancel_usr1_batch_drains_and_exits_75_with_a_restorable_final_dump(
 def test_scancel_records_what_is_in_flight_interrupted_and_the_job_is_gone_within_killwait(
     slurm_cluster: SlurmCluster, jobs: Jobs, tmp_path: Path
 ) -> None:
-    kill_wait = float(slurm_cluster.config_value("KillWait").split()[0])
     campaign = long_and_short(tmp_path / "project", latency_ms=1000, long_turns=30, shorts=20)
     job = jobs.submit(campaign, ["--job-name=ks-scancel", "--time=10"], [])
     services = wait_for_services(jobs, campaign, job)
     wait_for_records(jobs, campaign, job, 2)
-    cancelled = time.monotonic()
     slurm_cluster.run("scancel", job, check=True)
     state = jobs.wait_ended(job, timeout=60)
-    gone_after = time.monotonic() - cancelled
     log = campaign.log(job)
     assert state == "CANCELLED", log
-    assert gone_after < kill_wait, f"job {job} took {gone_after:.1f} s to end:\n{log}"
-    # pytest ended the job itself (75), before SIGKILL (0:9).
+    # pytest ended the job itself (75), before the SIGKILL that follows KillWait (0:9).
     assert slurm_cluster.job_fields(job)["ExitCode"] == "75:0", log
 
     verdicts = campaign.verdicts(job)  # the ledger is intact: every line parses

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -292,8 +291,7 @@ def test_a_signal_ends_a_hanging_request_and_exits_0(
     thread = threading.Thread(target=request)
     thread.start()
     wait_for_log(server.process.log_path, "holds the request")
-    started = time.monotonic()
+    # 0: it ended itself; one still running after stop()'s grace is SIGKILLed (-9).
     assert server.stop() == 0
-    assert time.monotonic() - started < 5
     thread.join(10)
     assert outcome, "the hanging request did not end"

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -108,12 +107,10 @@ def test_a_failing_step_says_so_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
-def test_a_second_set_up_does_nothing_in_seconds() -> None:
+def test_a_second_set_up_does_nothing() -> None:
     manifest_or_skip()
-    began = time.monotonic()
     done = run_setup({})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(":")[1].strip() for line in lines[1:4]] == ["venv", "model", "manifest"]
     assert all("already done" in line for line in lines[1:4])
-    assert time.monotonic() - began < 10

@@ -1,0 +1,180 @@
+"""This repository's own test session: its plugins and markers, the Hypothesis profile of CI,
+the marks that keep the slow tests out of the fast loop, and how `-n N` shares the tests
+out among xdist's workers; below them, this repository's implementations of pytest-haico's
+hook specs.
+
+pytest loads this file for every run in the repository, `pytest experiments` too: what
+concerns the tests applies to the items under tests/ only.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+TESTS = Path(__file__).parent / "tests"
+
+MARKERS = (
+    "slow: starts real processes (a stack, Slurm, a pytest run); "
+    '`pytest -m "not slow"` is the fast loop',
+    "stack: starts real services (Postgres, the stand-ins, a profile's stack); implies slow",
+    "slurm: needs real Slurm daemons (skipped with a reason where Slurm is absent); implies slow",
+    "subprocess: runs pytest in a subprocess (a campaign, a signal, a kill); implies slow",
+    "postgres: needs a real PostgreSQL server binary",
+    "vllm: needs the real-vLLM tier (python3 tests/vllm/setup_tier.py; skipped with a reason "
+    "where absent); implies slow",
+)
+
+# The session fixtures that start real services (postgres_dsn, llm_server and
+# backend_server depend on them, so a test asking for one has them in its closure).
+FIXTURE_MARKS = {
+    "slurm_cluster": ("slurm",),
+    "postgres_service": ("stack", "postgres"),
+    "standin_launcher": ("stack",),
+}
+# The folders of tests/ whose tests are there to start real processes and stacks.
+FOLDER_MARKS = {
+    "slurm": "slurm",
+    "stack": "stack",
+    "cluster": "stack",
+    "kept": "stack",
+    "signals": "stack",
+    "integration": "stack",
+    "vllm": "stack",
+}
+# How a test runs pytest in a subprocess: pytester's and the harness's methods.
+SUBPROCESS_METHODS = frozenset(
+    {"runpytest_subprocess", "run_subprocess", "run_on_terminal", "start_pytest"}
+)
+# The harness's background run (`campaign.start(...)`); `start` alone names too much.
+BACKGROUND_RUN = ("campaign", "start")
+FINER_MARKS = frozenset({"stack", "slurm", "subprocess", "vllm"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`-n N` (whose --dist is load unless one is given): whole modules, and the folders
+    that share a session resource, see tests/scheduling.py."""
+    if config.getoption("dist") != "load":
+        return None
+    from tests.scheduling import SharedResourceScheduling
+
+    return SharedResourceScheduling(config, log)
+
+
+# Before -m deselects.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(TESTS):
+            _mark(item)
+    if hasattr(config, "workerinput"):
+        # Every worker sorts alike (xdist checks that they collected the same order): the
+        # Slurm tests first, then the other slow ones, so that the last units handed out
+        # are short.
+        items.sort(key=lambda item: (not item.get_closest_marker("slurm"), not _is_slow(item)))
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is not None
+
+
+def _mark(item: pytest.Item) -> None:
+    names = set(getattr(item, "fixturenames", ()))
+    marks = {mark for fixture, found in FIXTURE_MARKS.items() if fixture in names for mark in found}
+    folder = item.path.relative_to(TESTS).parts[0]
+    if folder in FOLDER_MARKS:
+        marks.add(FOLDER_MARKS[folder])
+    marked = {mark.name for mark in item.iter_markers()}  # `vllm` comes with a parameter
+    if not (marks | marked) & FINER_MARKS and _runs_pytest_in_a_subprocess(item):
+        marks.add("subprocess")
+    if (marks | marked) & FINER_MARKS:
+        marks.add("slow")
+    for name in sorted(marks):
+        item.add_marker(name)
+
+
+def _runs_pytest_in_a_subprocess(item: pytest.Item) -> bool:
+    """Whether the test function, or a function of its module that it calls, calls one of
+    the `SUBPROCESS_METHODS` or `campaign.start`, or runs `python -m pytest`."""
+    function = getattr(item, "function", None)
+    module = inspect.getmodule(function) if function is not None else None
+    if function is None or module is None or module.__file__ is None:
+        return False
+    functions = _functions_of(Path(module.__file__))
+    name = function.__name__
+    return name in functions and _calls_a_subprocess(functions, name, seen=set())
+
+
+@functools.cache
+def _functions_of(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions of a module by name, methods included."""
+    tree = ast.parse(path.read_text(), str(path))
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+    return {node.name: node for node in ast.walk(tree) if isinstance(node, kinds)}
+
+
+def _calls_a_subprocess(
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], name: str, *, seen: set[str]
+) -> bool:
+    seen.add(name)
+    for node in ast.walk(functions[name]):
+        if isinstance(node, ast.Call | ast.List | ast.Tuple) and _names_python_m_pytest(node):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        called = node.func
+        if isinstance(called, ast.Attribute):
+            receiver = called.value.id if isinstance(called.value, ast.Name) else None
+            if called.attr in SUBPROCESS_METHODS or (receiver, called.attr) == BACKGROUND_RUN:
+                return True
+        elif isinstance(called, ast.Name):
+            if called.id in SUBPROCESS_METHODS:
+                return True
+            if (
+                called.id in functions
+                and called.id not in seen
+                and _calls_a_subprocess(functions, called.id, seen=seen)
+            ):
+                return True
+    return False
+
+
+def _names_python_m_pytest(node: ast.Call | ast.List | ast.Tuple) -> bool:
+    """Whether a call's arguments, or a list's items, hold "-m", "pytest" in a row."""
+    values = node.args if isinstance(node, ast.Call) else node.elts
+    words = [value.value if isinstance(value, ast.Constant) else None for value in values]
+    return any(pair == ("-m", "pytest") for pair in itertools.pairwise(words))
+
+
+# Hypothesis's profile for CI (.ci/run sets CI, as most CI services do): the same examples
+# on every run, the blob to reproduce a failure, and no deadline, since a loaded machine is
+# slow, not wrong. Outside CI, hypothesis is imported only by the tests that use it.
+if "CI" in os.environ:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "ci",
+        derandomize=True,
+        print_blob=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.load_profile("ci")
+
+
+# -- this repository's implementations of pytest-haico's hook specs (pytest_haico_*) --------
