@@ -12,18 +12,16 @@ from tests.harness import BackgroundRun, CampaignProject
 from tests.polling import wait_for
 
 TASKS = 8
-# Every task waits, once pytest has loaded everything, for the test to release them all
-# together, so their results trees are made at the same moment rather than one by one.
+# Every task waits, once collected, just before haico selects its items and makes its
+# results tree, for the test to release them all together: the trees are made at the same
+# moment rather than one by one.
 STARTING_GATE = """
 import os
 import time
 from pathlib import Path
 
-import pytest
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
+def pytest_collection_modifyitems(items):
     gate = Path(os.environ["HAICO_TEST_GATE"])
     Path(f"{gate}.{os.getpid()}.ready").touch()
     deadline = time.monotonic() + 120
