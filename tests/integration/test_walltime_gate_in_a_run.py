@@ -47,8 +47,8 @@ def test_too_little_time_for_one_item_exits_75_saying_it_is_a_cost_shortfall(
         [
             "too little time left (exit 75: a cost shortfall, the inputs are fine): arm demo: "
             "gate walltime failed: the job ends in * s; the slowest item of stratum default "
-            "took 10 min + 40 s drain margin = 11 min: not even that item could finish; "
-            "resubmit with a longer --time (at least 11 min; *"
+            "took 10 min 0 s + 40 s drain margin = 10 min 40 s: not even that item could finish; "
+            "resubmit with a longer --time (at least 10 min 40 s; *"
         ]
     )
     assert "(exit 78)" not in result.stdout.str()
