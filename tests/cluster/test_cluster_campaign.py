@@ -303,8 +303,8 @@ def test_a_missing_backend_sif_fails_gate_inputs_present_before_anything_starts(
     result.stdout.fnmatch_lines(
         [
             f"gate failed (exit 78): arm demo: gate inputs_present failed: the image {sif} does "
-            "not exist; pull the images first (`apptainer pull <that path> <the image "
-            "reference>`), or fix the path in cluster.env "
+            "not exist; pull the images first with `haico env` (every image the arms and "
+            "cluster.env name, into SIF_DIR), or fix the path in cluster.env "
             "(BACKEND_IMAGE, POSTGRES_IMAGE, SIF_DIR) or --haico-backend-image"
         ]
     )
