@@ -25,6 +25,7 @@ KNOWN_KEYS = {
     "REGISTRY_TOKEN_FILE": "a file of mode 0600 holding the registry token `haico env` pulls "
     "the images with",
     "REGISTRY_USER": "the registry user that goes with the token (default: $USER)",
+    "GPU_MIN_TFLOPS": "the TFLOP/s each device must reach in `haico gpu-check`'s burn",
     "ACCOUNT": "Slurm account to charge",
     "QOS": "Slurm QOS",
     "PHOENIX_ENABLED": "1 to run Phoenix tracing beside the backend",

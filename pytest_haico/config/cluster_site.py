@@ -32,11 +32,13 @@ class ClusterSite:
     work: Path | None = None  # CLUSTER_WORK
     # What `haico env` builds and pulls with (relative files are cluster.env's neighbours).
     vllm_requirements: Path | None = None
+    partition: str | None = None
     cpu_partition: str | None = None
     account: str | None = None
     qos: str | None = None
     registry_token_file: Path | None = None
     registry_user: str | None = None
+    gpu_min_tflops: float | None = None
 
 
 def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) -> ClusterSite:
@@ -68,12 +70,27 @@ def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) ->
         phoenix_image=get("PHOENIX_IMAGE", env_fallback=False),
         work=Path(work) if work else None,
         vllm_requirements=path("VLLM_REQUIREMENTS"),
+        partition=get("PARTITION", env_fallback=False),
         cpu_partition=get("CPU_PARTITION", env_fallback=False),
         account=get("ACCOUNT", env_fallback=False),
         qos=get("QOS", env_fallback=False),
         registry_token_file=path("REGISTRY_TOKEN_FILE"),
         registry_user=get("REGISTRY_USER", env_fallback=False) or environ.get("USER") or None,
+        gpu_min_tflops=_positive(get("GPU_MIN_TFLOPS", env_fallback=False), site),
     )
+
+
+def _positive(value: str | None, site: ClusterEnv | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0:
+        source = str(site.path) if site is not None else "cluster.env"
+        raise ConfigError(source, "GPU_MIN_TFLOPS", f"{value!r} is not a positive number")
+    return number
 
 
 def image_refs(
