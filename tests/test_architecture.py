@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "driver": {"config", "ledger.records", "ledger.verdicts"},
     "stack": {"config"},
     "slurm": {"config"},
-    "gates": {"config", "ledger", "slurm"},
+    # Gate gpu_check runs the cluster's GPU check (`site`).
+    "gates": {"config", "ledger", "site", "slurm"},
     "provenance": {"config", "stack", "slurm"},
     "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 from pathlib import Path
 
 from pytest_haico.cli import arguments
@@ -45,72 +44,30 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from pytest_haico.config.cluster_site import resolve_cluster_site
-    from pytest_haico.config.experiment import load_arm
-    from pytest_haico.errors import HaicoError
-    from pytest_haico.site.gpu_check import FULL, BurnSettings, run_gpu_check
-    from pytest_haico.site.gpu_submit import (
-        arm_gpus,
-        check_args,
-        gpu_check_argv,
-        submit_gpu_check,
-    )
+    from pytest_haico.site.gpu_submit import GpuCheckRequest, run_gpu_check_command
 
     places = arguments.places(args)
-    site = resolve_cluster_site(places.site, os.environ)
-    arm = None
-    if args.arm is not None:
-        path = places.experiments / "arms" / f"{args.arm}.toml"
-        if not path.is_file():
-            raise HaicoError(f"no arm {args.arm!r} in {path.parent}")
-        arm = load_arm(path)
-    gpus = args.gpus if arm is None else arm_gpus(arm)
-    settings = FULL if args.full else BurnSettings()
-    given = {
-        "seconds": args.seconds,
-        "memory_fraction": args.memory_fraction,
-        "size": args.size,
-        "min_tflops": args.min_tflops if args.min_tflops is not None else site.gpu_min_tflops,
-    }
-    settings = replace(
-        settings, device=args.device, **{k: v for k, v in given.items() if v is not None}
+    request = GpuCheckRequest(
+        here=args.here,
+        arm=args.arm,
+        gpus=args.gpus,
+        partition=args.partition,
+        time=args.time,
+        full=args.full,
+        seconds=args.seconds,
+        memory_fraction=args.memory_fraction,
+        size=args.size,
+        min_tflops=args.min_tflops,
+        device=args.device,
+        log_dir=args.log_dir,
+        dry_run=args.dry_run,
     )
-    if not 0 <= settings.memory_fraction < 1:
-        raise HaicoError(f"--memory-fraction {settings.memory_fraction:g} is not from 0 to below 1")
-    log_dir = args.log_dir or (
-        site.work / "gpu-check" if site.work else Path("gpu-check").resolve()
+    return run_gpu_check_command(
+        resolve_cluster_site(places.site, os.environ),
+        places.experiments,
+        request,
+        cluster_env=places.cluster_env,
+        environ=os.environ,
+        say=print,
     )
-    if args.here:
-        if site.vllm_venv is None:
-            raise HaicoError(f"{site.source}: VLLM_VENV is not set: the burn runs its torch")
-        if gpus is None and os.environ.get("SLURM_GPUS_ON_NODE", "").isdigit():
-            gpus = int(os.environ["SLURM_GPUS_ON_NODE"])
-        passed = run_gpu_check(
-            python=site.vllm_venv / "bin" / "python",
-            expected=gpus,
-            settings=settings,
-            log_dir=log_dir,
-            environ=os.environ,
-            say=print,
-        )
-        return 0 if passed else 1
-    if gpus is None:
-        raise HaicoError("name the GPUs to check: --arm A or --gpus N (or --here in an allocation)")
-    arm_partition = arm.slurm.partition if arm is not None and arm.slurm is not None else None
-    argv = gpu_check_argv(
-        gpus=gpus,
-        partition=args.partition or arm_partition or site.partition,
-        time_limit=args.time,
-        log_dir=log_dir,
-        check_args=check_args(settings, log_dir=log_dir, cluster_env=places.cluster_env),
-    )
-    if args.dry_run:
-        print(f"haico gpu-check: would submit: {shlex.join(argv)}")
-        return 0
-    job_id = submit_gpu_check(argv, log_dir=log_dir)
-    print(
-        f"haico gpu-check: job {job_id} checks {gpus} GPU(s); log {log_dir}/gpu-check-{job_id}.out"
-    )
-    return 0
