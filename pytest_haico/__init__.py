@@ -17,6 +17,7 @@ and may import, which `tests/test_architecture.py` enforces:
     report/      the report's figures, compare, the cost model
     submit/      frozen inputs, journal, a stage's jobs, continuation
     kept/        a stack kept up between runs by a supervisor
+    site/        the cluster's house-keeping: the vLLM venv, the images' SIFs, the GPU check
     cli/         the `haico` command: parsing and printing, one module per command
     standins/    the local profile's model server and backend, reached over HTTP only
 

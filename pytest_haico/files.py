@@ -218,8 +218,9 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def read_owned_file(path: Path) -> bytes:
-    """The content of `path` if it is a regular file of ours that nobody else may write.
+def read_owned_file(path: Path, *, private: bool = False) -> bytes:
+    """The content of `path` if it is a regular file of ours that nobody else may write
+    (`private`, a secret: nor read).
 
     Raises `UntrustedFileError` if it is not, `FileNotFoundError` if it does not exist.
     Opened without following a symlink and without waiting for a FIFO's writer, and
@@ -238,6 +239,11 @@ def read_owned_file(path: Path) -> bytes:
         problem = ownership_problem(info)
         if problem is None and not stat.S_ISREG(info.st_mode):
             problem = "is not a regular file"
+        if problem is None and private and info.st_mode & 0o077:
+            problem = (
+                f"is open to its group or others (mode {stat.S_IMODE(info.st_mode):04o}): "
+                f"chmod 600 {path}"
+            )
         if problem is not None:
             raise UntrustedFileError(path, problem)
         return handle.read()

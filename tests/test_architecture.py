@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "driver": {"config", "ledger.records", "ledger.verdicts"},
     "stack": {"config"},
     "slurm": {"config"},
-    "gates": {"config", "ledger", "slurm"},
+    # Gate gpu_check runs the cluster's GPU check (`site`).
+    "gates": {"config", "ledger", "site", "slurm"},
     "provenance": {"config", "stack", "slurm"},
     "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
@@ -35,7 +36,9 @@ ALLOWED: dict[str, set[str]] = {
     # A submission sizes its arrays with the cost model.
     "submit": {"config", "ledger", "results", "report", "slurm"},
     "kept": {"config", "ledger", "stack", "provenance", "slurm"},
-    "cli": {"config", "ledger", "results", "report", "submit", "kept", "slurm"},
+    # The cluster's house-keeping: the vLLM venv, the images' SIFs, the GPU check.
+    "site": {"config", "slurm"},
+    "cli": {"config", "ledger", "results", "report", "submit", "kept", "site", "slurm"},
     "standins": set(),
 }
 # One concern per module: longer ones are split by concern (never into a `utils.py`).

@@ -7,6 +7,8 @@
     haico compare <A> <B> [--exit-on-regression]
     haico init <dir>
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
+    haico env [--venv-only | --images-only] [--arm A] [--dry-run]
+    haico gpu-check [--here] [--arm A | --gpus N] [--full] [--min-tflops X] [--dry-run]
 
 One module per command parses its arguments and prints; the work is done by the parts
 below the command line. Every error is one line on stderr and exit 2; nothing here prints
@@ -21,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from pytest_haico.cli import compare, cost, init, report, stack, submit
+from pytest_haico.cli import compare, cost, env, gpu_check, init, report, stack, submit
 from pytest_haico.cli.output import exit_now
 from pytest_haico.errors import HaicoError
 
@@ -68,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_parser(commands)
     init.add_parser(commands)
     stack.add_parser(commands)
+    env.add_parser(commands)
+    gpu_check.add_parser(commands)
     return parser
 
 

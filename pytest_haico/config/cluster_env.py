@@ -13,12 +13,19 @@ from pytest_haico.errors import ConfigError
 # What a site may set; anything else is a typo until proven otherwise.
 KNOWN_KEYS = {
     "CLUSTER_WORK": "shared work directory; results go to $CLUSTER_WORK/results",
-    "VLLM_VENV": "virtualenv with vLLM installed",
+    "VLLM_VENV": "virtualenv with vLLM installed (`haico env` builds it)",
+    "VLLM_REQUIREMENTS": "the pinned requirements (a lock: name==version per line) `haico env` "
+    "installs into VLLM_VENV; relative to cluster.env's directory",
     "BACKEND_IMAGE": "backend OCI image pinned by digest (docker://...@sha256:...) or a SIF",
     "POSTGRES_IMAGE": "Postgres OCI image pinned by digest, or a SIF",
     "SIF_DIR": "where pulled images are kept as SIFs (default: $CLUSTER_WORK/sif)",
     "HF_HOME": "Hugging Face cache holding the models (read with HF_HUB_OFFLINE=1)",
     "PARTITION": "default Slurm partition",
+    "CPU_PARTITION": "the Slurm partition of `haico env`'s job (default: Slurm's default one)",
+    "REGISTRY_TOKEN_FILE": "a file of mode 0600 holding the registry token `haico env` pulls "
+    "the images with",
+    "REGISTRY_USER": "the registry user that goes with the token (default: $USER)",
+    "GPU_MIN_TFLOPS": "the TFLOP/s each device must reach in `haico gpu-check`'s burn",
     "ACCOUNT": "Slurm account to charge",
     "QOS": "Slurm QOS",
     "PHOENIX_ENABLED": "1 to run Phoenix tracing beside the backend",

@@ -29,6 +29,16 @@ class ClusterSite:
     hf_home: str | None
     phoenix_enabled: bool
     phoenix_image: str | None = None
+    work: Path | None = None  # CLUSTER_WORK
+    # What `haico env` builds and pulls with (relative files are cluster.env's neighbours).
+    vllm_requirements: Path | None = None
+    partition: str | None = None
+    cpu_partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    registry_token_file: Path | None = None
+    registry_user: str | None = None
+    gpu_min_tflops: float | None = None
 
 
 def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) -> ClusterSite:
@@ -43,6 +53,12 @@ def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) ->
     work = environ.get("CLUSTER_WORK") or values.get("CLUSTER_WORK")
     sif_dir = get("SIF_DIR") or (str(Path(work) / "sif") if work else None)
     venv = get("VLLM_VENV")
+    here = site.path.parent if site is not None else Path.cwd()
+
+    def path(key: str) -> Path | None:
+        value = get(key, env_fallback=False)
+        return here / value if value else None  # an absolute value stays itself
+
     return ClusterSite(
         source=str(site.path) if site is not None else "cluster.env",
         vllm_venv=Path(venv) if venv else None,
@@ -52,7 +68,29 @@ def resolve_cluster_site(site: ClusterEnv | None, environ: Mapping[str, str]) ->
         hf_home=get("HF_HOME"),
         phoenix_enabled=get("PHOENIX_ENABLED", env_fallback=False) == "1",
         phoenix_image=get("PHOENIX_IMAGE", env_fallback=False),
+        work=Path(work) if work else None,
+        vllm_requirements=path("VLLM_REQUIREMENTS"),
+        partition=get("PARTITION", env_fallback=False),
+        cpu_partition=get("CPU_PARTITION", env_fallback=False),
+        account=get("ACCOUNT", env_fallback=False),
+        qos=get("QOS", env_fallback=False),
+        registry_token_file=path("REGISTRY_TOKEN_FILE"),
+        registry_user=get("REGISTRY_USER", env_fallback=False) or environ.get("USER") or None,
+        gpu_min_tflops=_positive(get("GPU_MIN_TFLOPS", env_fallback=False), site),
     )
+
+
+def _positive(value: str | None, site: ClusterEnv | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0:
+        source = str(site.path) if site is not None else "cluster.env"
+        raise ConfigError(source, "GPU_MIN_TFLOPS", f"{value!r} is not a positive number")
+    return number
 
 
 def image_refs(

@@ -141,6 +141,8 @@ class RunSection(_Section):
 
     concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 8
     turn_timeout_s: Annotated[float, Field(gt=0, le=MAX_TURN_TIMEOUT_S), Finite] = 600.0
+    # A short GPU check (gate gpu_check) before vLLM loads; not part of the item identity.
+    gpu_check: bool = False
 
 
 class SlurmSection(_Section):

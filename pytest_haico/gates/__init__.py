@@ -9,9 +9,11 @@
     dynamic      the model server's gates, over HTTP once the stack is up
     backend      the backend's gates: authenticated health, the canary turn
     probes       bounded HTTP exchanges with retries after a 5xx; vLLM's error bodies
+    gpu          the GPU check an arm asks for ([run] gpu_check), before the model loads
 
 May import: `pytest_haico.config`, `pytest_haico.ledger` (files, earlier ledgers),
-`pytest_haico.slurm` (the job's nodes) and the shared helpers `errors` and `redact`. Never
+`pytest_haico.slurm` (the job's nodes), `pytest_haico.site` (the GPU check) and the shared
+helpers `errors` and `redact`. Never
 the stack, runner, driver, campaign or the stand-ins: whoever wires the gates in passes the
 URLs, keys, paths, numbers and small callables they check.
 """

@@ -77,8 +77,8 @@ def check_inputs_present(
             return failed(
                 INPUTS_PRESENT,
                 f"the image {image} {problem}",
-                "pull the images first (`apptainer pull <that path> <the image reference>`), "
-                "or fix the path in cluster.env "
+                "pull the images first with `haico env` (every image the arms and cluster.env "
+                "name, into SIF_DIR), or fix the path in cluster.env "
                 "(BACKEND_IMAGE, POSTGRES_IMAGE, SIF_DIR) or --haico-backend-image",
             )
     if images:

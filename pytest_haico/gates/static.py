@@ -247,9 +247,9 @@ def check_vllm_environment(
     seen: list[str] = []
     if needs_vllm:
         venv_fix = (
-            "set VLLM_VENV in cluster.env (or the environment) to a virtualenv with vLLM "
-            "installed (`python3 -m venv DIR && DIR/bin/pip install vllm`), or use "
-            "--haico-model-endpoint URL for a running server"
+            "set VLLM_VENV in cluster.env (or the environment) and build it with `haico env` "
+            "(from the lock VLLM_REQUIREMENTS names), or use --haico-model-endpoint URL for a "
+            "running server"
         )
         if vllm_venv is None:
             return failed(VLLM_ENVIRONMENT, "VLLM_VENV is not set: no vLLM to start", venv_fix)

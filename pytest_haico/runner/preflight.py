@@ -17,7 +17,7 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError, GateFailedError
-from pytest_haico.gates import filesystem, static
+from pytest_haico.gates import filesystem, gpu, static
 from pytest_haico.gates.result import (
     Gate,
     GateResult,
@@ -123,6 +123,7 @@ class ArmPreflights:
             scripts=[spec.source.path for spec in specs],
             strata=strata,
             share=share,
+            run_dir=self.recorder.claim(arm).path,
         )
 
 
@@ -135,11 +136,13 @@ def static_gates(
     scripts: Iterable[Path],
     strata: Iterable[str],
     share: str,
+    run_dir: Path | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> list[Gate]:
     """The static gates of `arm`, in DESIGN's order (gate 1, the configuration, ran at
     configure time), each with every input bound. `scripts` and `strata` are those of the
-    arm's items in this run; `share` names what this run claimed (for output_collision)."""
+    arm's items in this run; `share` names what this run claimed (for output_collision);
+    `run_dir` its directory, where the GPU check an arm asks for logs."""
     site = settings.site
     cluster = settings.profile is Profile.CLUSTER
     starts_vllm = cluster and settings.model_endpoint is None and settings.attach is None
@@ -201,7 +204,7 @@ def static_gates(
     tool_flags = partial(
         static.check_tool_calling_flags, arm, vllm_venv=venv if starts_vllm else None
     )
-    return [
+    gates = [
         Gate(
             static.PROHIBITED_ENVIRONMENT,
             partial(static.check_prohibited_environment, environ, endpoint),
@@ -221,6 +224,28 @@ def static_gates(
             partial(static.check_output_collision, claimed=True, share=share),
         ),
     ]
+    if starts_vllm and arm.run.gpu_check and run_dir is not None:
+        gates.append(Gate(gpu.GPU_CHECK, partial(_gpu_gate, settings, arm, environ, venv, run_dir)))
+    return gates
+
+
+def _gpu_gate(
+    settings: Settings, arm: Arm, environ: Mapping[str, str], venv: Path | None, run_dir: Path
+) -> GateResult:
+    """Gate gpu_check with the site's floor (GPU_MIN_TFLOPS), logging in the run's logs/."""
+    from pytest_haico.config.cluster_site import resolve_cluster_site
+
+    try:
+        floor = resolve_cluster_site(settings.site, environ).gpu_min_tflops
+    except ConfigError as exc:
+        return failed(gpu.GPU_CHECK, str(exc), "fix GPU_MIN_TFLOPS in cluster.env")
+    return gpu.check_gpus(
+        environ,
+        venv=venv,
+        expected=arm.vllm.tensor_parallel_size * arm.vllm.data_parallel_size,
+        settings=replace(gpu.GATE_BURN, min_tflops=floor),
+        log_dir=run_dir / "logs",
+    )
 
 
 def cluster_images(

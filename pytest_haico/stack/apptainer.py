@@ -12,7 +12,7 @@ deleted when the service has stopped. The `apptainer` process itself gets a shor
 allow-list of the host environment, without the `APPTAINERENV_*` variables that would
 reach into the container past `--cleanenv`.
 
-SIFs are pulled once per image digest (`apptainer pull`, before the job), never per task:
+SIFs are pulled once per image digest (`haico env`, before the job), never per task:
 `<SIF_DIR>/<name>-sha256-<64 hex>.sif`, with `SIF_DIR` from cluster.env (default
 `$CLUSTER_WORK/sif`) and `<name>` the image repository's last component.
 """
@@ -47,7 +47,7 @@ def require_sif(image: str, sif_dir: Path, *, what: str, source: str = "cluster.
     path = sif_path(image, sif_dir, source=source)
     if not path.is_file():
         pull = (
-            f"pull it once, before the job: `apptainer pull {path} {image}`"
+            "pull it once, before the job, with `haico env`"
             if image.startswith("docker://")
             else "fix the path"
         )

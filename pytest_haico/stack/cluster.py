@@ -163,8 +163,8 @@ def build_vllm_service(
     executable = venv / "bin" / "vllm"
     if not os.access(executable, os.X_OK):
         raise StackError(
-            f"llm: {executable} is not an executable: VLLM_VENV={venv} has no vLLM; install "
-            f"it (`{venv}/bin/pip install vllm`) or fix VLLM_VENV in cluster.env"
+            f"llm: {executable} is not an executable: VLLM_VENV={venv} has no vLLM; build "
+            "it with `haico env` or fix VLLM_VENV in cluster.env"
         )
     check_extra_args(arm)
     vllm_argv(arm, executable=executable, port=0)  # a missing model fails here, not at spawn

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,5 +88,7 @@ def test_the_example_loads_and_names_only_commands_that_exist(
     assert site.get("CLUSTER_WORK") == "/scratch/ada/haico"
     commands = re.findall(r"`([^`]+)`", EXAMPLE.read_text())
     assert commands, "the example names how to build the vLLM venv"
+    # The package's own commands (`haico env`) are installed beside this interpreter.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     for command in commands:
-        assert shutil.which(command.split()[0]), f"{command!r}: no such command"
+        assert shutil.which(command.split()[0], path=path), f"{command!r}: no such command"

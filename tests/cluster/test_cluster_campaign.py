@@ -26,7 +26,13 @@ from pytest_haico.stack import Orchestrator
 from pytest_haico.stack.local import build_llm_service
 from pytest_haico.stack.profiles import HttpService
 from tests.cluster.compute_node import enter_compute_node, survivors
-from tests.cluster.shim_site import BACKEND_DIGEST, BACKEND_IMAGE, HOST_SECRET, ShimSite
+from tests.cluster.shim_site import (
+    BACKEND_DIGEST,
+    BACKEND_IMAGE,
+    HOST_SECRET,
+    SHIMS,
+    ShimSite,
+)
 from tests.cluster.shim_site import scratch_site as make_scratch_site
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
@@ -226,8 +232,8 @@ def test_a_missing_backend_sif_fails_gate_inputs_present_before_anything_starts(
     result.stdout.fnmatch_lines(
         [
             f"gate failed (exit 78): arm demo: gate inputs_present failed: the image {sif} does "
-            "not exist; pull the images first (`apptainer pull <that path> <the image "
-            "reference>`), or fix the path in cluster.env "
+            "not exist; pull the images first with `haico env` (every image the arms and "
+            "cluster.env name, into SIF_DIR), or fix the path in cluster.env "
             "(BACKEND_IMAGE, POSTGRES_IMAGE, SIF_DIR) or --haico-backend-image"
         ]
     )
@@ -237,6 +243,39 @@ def test_a_missing_backend_sif_fails_gate_inputs_present_before_anything_starts(
     gates = json.loads((run / "gates.json").read_text())
     assert (gates["passed"], gates["failed_gate"]) == (False, "inputs_present")
     assert [gate["name"] for gate in gates["gates"]] == STATIC[: STATIC.index("inputs_present") + 1]
+
+
+def test_an_arm_asking_for_the_gpu_check_fails_gate_gpu_check_before_vllm_loads(
+    cluster_campaign: ClusterCampaign,
+) -> None:
+    site = cluster_campaign.site
+    shutil.copy2(SHIMS / "nvidia-smi", site.bin_dir / "nvidia-smi")
+    card = {"utilization": 0, "power": 61.0, "temperature": 31, "ecc": 0}
+    gpus = [{"index": index, "uuid": f"GPU-{index}", **card} for index in range(2)]
+    (site.bin_dir / "nvidia-smi.json").write_text(json.dumps({"gpus": gpus}))
+    # This interpreter has no torch: the burn cannot drive a card, as on a broken node.
+    (site.venv / "bin" / "python").symlink_to(sys.executable)
+    [arm] = cluster_campaign.project.root.rglob("arms/demo.toml")
+    arm.write_text(arm.read_text().replace("[run]\n", "[run]\ngpu_check = true\n"))
+    result = cluster_campaign.run(in_process=True)
+    assert result.ret == 78, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            # `[[]` is fnmatch's literal `[`.
+            "gate failed (exit 78): arm demo: gate gpu_check failed: * device 0: * samples "
+            "(max 31 C, 61 W, ECC 0); FAILED: the burn on device 0 failed (exit 1): gpu_burn: "
+            "torch is not importable, and numpy cannot use cuda:0; * device 1: *; resubmit away "
+            "from this node (sbatch --exclude=<node>) and report it to the cluster's admins, or "
+            "set [[]run] gpu_check = false to run without the check"
+        ]
+    )
+    assert cluster_campaign.project.records("demo") == []
+    run = cluster_campaign.run_dir()
+    assert not (run / "services.json").exists()  # vLLM never started
+    gates = json.loads((run / "gates.json").read_text())
+    assert gates["failed_gate"] == "gpu_check"
+    assert [gate["name"] for gate in gates["gates"]] == [*STATIC, "gpu_check"]
+    assert list((run / "logs").glob("gpu-*.csv"))
 
 
 @pytest.mark.parametrize(

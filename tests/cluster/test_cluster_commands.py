@@ -317,7 +317,7 @@ def test_a_missing_sif_names_where_it_should_be_and_how_to_pull_it(
         _build(shim_site, tmp_path)
     assert str(raised.value) == (
         f"backend: the image {BACKEND_IMAGE} has no SIF at {sif}; pull it once, "
-        f"before the job: `apptainer pull {sif} {BACKEND_IMAGE}`; SIFs live in SIF_DIR "
+        "before the job, with `haico env`; SIFs live in SIF_DIR "
         "(cluster.env; default $CLUSTER_WORK/sif)"
     )
 

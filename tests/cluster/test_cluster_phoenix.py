@@ -167,7 +167,7 @@ def test_a_missing_phoenix_sif_is_a_stack_error_and_fails_gate_inputs_present(
         _build(shim_site, tmp_path)
     assert str(raised.value).startswith(
         f"phoenix: the image {PHOENIX_IMAGE} has no SIF at {sif}; pull it once, before "
-        f"the job: `apptainer pull {sif} {PHOENIX_IMAGE}`"
+        "the job, with `haico env`"
     )
     gate = check_inputs_present(
         ARM, needs_weights=False, hf_cache=tmp_path, scripts=[], images=images

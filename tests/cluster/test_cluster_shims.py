@@ -53,7 +53,7 @@ def _sif(site: ShimSite, **content: object) -> Path:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["run", "x.sif"], "only `apptainer exec` is supported"),
+        (["run", "x.sif"], "only `apptainer exec` and `pull` are supported"),
         (["exec", "--cleanenv", "--no-home", "--contain", "x.sif", "env"],
          "unknown flag: --contain"),
         (["exec", "--no-home", "x.sif", "env"], "must pass --cleanenv and --no-home"),

@@ -182,7 +182,7 @@ def test_missing_scripts_and_images_fail_and_weights_only_when_needed(tmp_path: 
         arm, needs_weights=False, hf_cache=tmp_path, scripts=[], images=[image]
     )
     assert result.detail == f"the image {image} does not exist"
-    assert "apptainer pull" in result.fix
+    assert result.fix.startswith("pull the images first with `haico env`")
     no_weights = Arm.model_validate({"name": "demo"})
     result = check_inputs_present(no_weights, needs_weights=True, hf_cache=tmp_path, scripts=[])
     assert result.detail == "arm demo names no weights: vLLM has nothing to load"
