@@ -7,6 +7,7 @@
     haico compare <A> <B> [--exit-on-regression]
     haico init <dir>
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
+    haico serve <arm> [--name NAME] [--time T] | --list | status NAME | stop NAME
 
 One module per command parses its arguments and prints; the work is done by the parts
 below the command line. Every error is one line on stderr and exit 2; nothing here prints
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from pytest_haico.cli import compare, cost, init, report, stack, submit
+from pytest_haico.cli import compare, cost, init, report, serve, stack, submit
 from pytest_haico.cli.output import exit_now
 from pytest_haico.errors import HaicoError
 
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_parser(commands)
     init.add_parser(commands)
     stack.add_parser(commands)
+    serve.add_parser(commands)
     return parser
 
 

@@ -144,6 +144,16 @@ class SlurmSection(_Section):
     time: Text | None = None
     time_per_stratum: dict[Name, Text] = Field(default_factory=dict)
 
+    def resource_options(self) -> list[str]:
+        """The sbatch options for what the arm asks of a node (the time limit apart)."""
+        flags = (
+            ("--partition", self.partition),
+            ("--gres", self.gres),
+            ("--cpus-per-task", self.cpus_per_task),
+            ("--mem", self.mem),
+        )
+        return [f"{flag}={setting}" for flag, setting in flags if setting is not None]
+
 
 Persona = Literal["helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang", "dead"]
 
