@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "slurm": {"config"},
     "gates": {"config", "ledger", "slurm"},
     "provenance": {"config", "stack", "slurm"},
-    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
+    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm", "serve"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
     # The public results API (`pytest_haico.results`, a package): what the report, the
     # cost model and the command line read campaigns with. It reads the ledgers through

@@ -3,6 +3,7 @@ once healthy, answers with its key, and deregisters on every end (stop, USR1, a 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -210,3 +212,99 @@ def _listening_pid(port: int) -> int:
         if any(f"socket:[{inode}]" in links for inode in inodes):
             return int(proc.name)
     raise AssertionError(f"nothing listens on port {port}")
+
+
+def _campaign(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`pytest experiments` of the project in a process of its own, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "experiments", "--haico-exit", "campaign", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _results(project: Path) -> Path:
+    """The results root: $CLUSTER_WORK/results, as for every run of the project."""
+    return Path(os.environ["CLUSTER_WORK"]) / "results"
+
+
+def _records(project: Path) -> list[dict[str, Any]]:
+    ledger = _results(project) / "default" / "standin" / "ledger"
+    return [
+        json.loads(line)
+        for path in sorted(ledger.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def test_a_campaign_attaches_by_name_and_its_items_are_the_arms_own(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _submit(capsys)
+    _wait_registered(_catalogue(project))
+    run = _campaign(project, "--haico-model", "standin")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    records = _records(project)
+    assert [r["verdict"] for r in records] == ["completed", "completed"]
+    served = next(g for g in _gates(project) if g["name"] == "served_model")
+    assert served["passed"] and f"job {job}" in served["detail"], served
+    # A served model and the same model started by the run are the same items.
+    again = _campaign(project)
+    assert again.returncode == 0 and "2 done in ledger, 0 to run" in again.stdout, again.stdout
+
+
+def test_a_served_model_of_another_configuration_is_gate_78_naming_the_difference(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _submit(capsys)
+    _wait_registered(_catalogue(project))
+    arm = project / "experiments" / "arms" / "standin.toml"
+    arm.write_text(arm.read_text().replace("max_model_len = 8192", "max_model_len = 4096"))
+    run = _campaign(project, "--haico-model", "standin")
+    assert run.returncode == 78, run.stdout[-3000:]
+    assert "vllm.max_model_len: served 8192, the arm's 4096" in run.stdout + run.stderr, run.stdout[
+        -3000:
+    ]
+    assert _records(project) == []
+
+
+def test_a_model_job_that_ends_mid_campaign_ends_its_conversations_as_infra_75(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arm = project / "experiments" / "arms" / "standin.toml"
+    slow = arm.read_text().replace('persona = "helpful"', 'persona = "helpful"\nlatency_ms = 3000')
+    arm.write_text(slow.replace("concurrency = 4", "concurrency = 1"))
+    job = _submit(capsys)
+    _wait_registered(_catalogue(project))
+    campaign = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "experiments", "--haico-exit", "campaign",
+         "--haico-model", "standin", "--haico-progress", "lines"],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _canary_passed(project), timeout=120, what="the dynamic gates")
+        slurm_cluster.run("scancel", job, check=True)
+        out, _ = campaign.communicate(timeout=300)
+    finally:
+        campaign.kill()
+    assert campaign.returncode == 75, out[-3000:]
+    assert "infra_error" in {r["verdict"] for r in _records(project)}, out[-3000:]
+
+
+def _gates(project: Path) -> list[dict[str, Any]]:
+    """The gates of the project's run (one run), as gates.json has them so far."""
+    found = list(_results(project).glob("default/standin/runs/*/gates.json"))
+    if not found:
+        return []
+    try:
+        gates: list[dict[str, Any]] = json.loads(found[0].read_text())["gates"]
+    except ValueError:
+        return []
+    return gates
+
+
+def _canary_passed(project: Path) -> bool:
+    return any(g["name"] == "canary_turn" and g["passed"] for g in _gates(project))
