@@ -16,6 +16,8 @@ HaicoError
 ├── ResultsError         the results directory cannot be used (unreadable ledger, read-only or
 │   │                    full file system); raised before anything starts
 │   └── ShareClaimedError another live run holds this arm × shard × stratum
+├── CatalogueError       a served model cannot be resolved: no such name, its job no longer
+│                        runs, or its entry or key cannot be trusted
 └── NotAdmittedError     a conversation was never started: the runner had stopped admitting
 """
 
@@ -111,3 +113,8 @@ class ShareClaimedError(ResultsError):
         self.holder = holder
         self.path = path
         super().__init__(message)
+
+
+class CatalogueError(HaicoError):
+    """A served model's catalogue entry cannot be used: the name is unknown, its job no longer
+    runs (a stale entry), or the entry, its key file or the catalogue cannot be trusted."""

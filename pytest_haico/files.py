@@ -218,9 +218,9 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def read_owned_file(path: Path, *, private: bool = False) -> bytes:
-    """The content of `path` if it is a regular file of ours that nobody else may write
-    (`private`, a secret: nor read).
+def read_owned_file(path: Path, *, uid: int | None = None, private: bool = False) -> bytes:
+    """The content of `path` if it is a regular file of ours (of `uid`, when given) that
+    nobody else may write (`private`, a secret: nor read).
 
     Raises `UntrustedFileError` if it is not, `FileNotFoundError` if it does not exist.
     Opened without following a symlink and without waiting for a FIFO's writer, and
@@ -236,7 +236,7 @@ def read_owned_file(path: Path, *, private: bool = False) -> bytes:
         raise UntrustedFileError(path, f"cannot be opened: {exc.strerror}") from exc
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
-        problem = ownership_problem(info)
+        problem = ownership_problem(info, uid=uid)
         if problem is None and not stat.S_ISREG(info.st_mode):
             problem = "is not a regular file"
         if problem is None and private and info.st_mode & 0o077:

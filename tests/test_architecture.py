@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     # Gate gpu_check runs the cluster's GPU check (`site`).
     "gates": {"config", "ledger", "site", "slurm"},
     "provenance": {"config", "stack", "slurm"},
-    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm"},
+    "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm", "serve"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
     # The public results API (`pytest_haico.results`, a package): what the report, the
     # cost model and the command line read campaigns with. It reads the ledgers through
@@ -38,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "kept": {"config", "ledger", "stack", "provenance", "slurm"},
     # The cluster's house-keeping: the vLLM venv, the images' SIFs, the GPU check.
     "site": {"config", "slurm"},
-    "cli": {"config", "ledger", "results", "report", "submit", "kept", "site", "slurm"},
+    "serve": {"config", "ledger", "stack", "provenance", "slurm"},
+    "cli": {"config", "ledger", "results", "report", "submit", "kept", "serve", "site", "slurm"},
     "standins": set(),
 }
 # One concern per module: longer ones are split by concern (never into a `utils.py`).

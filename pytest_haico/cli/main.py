@@ -9,6 +9,7 @@
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
     haico env [--venv-only | --images-only] [--arm A] [--dry-run]
     haico gpu-check [--here] [--arm A | --gpus N] [--full] [--min-tflops X] [--dry-run]
+    haico serve <arm> [--name NAME] [--time T] | --list | status NAME | stop NAME
 
 One module per command parses its arguments and prints; the work is done by the parts
 below the command line. Every error is one line on stderr and exit 2; nothing here prints
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from pytest_haico.cli import compare, cost, env, gpu_check, init, report, stack, submit
+from pytest_haico.cli import compare, cost, env, gpu_check, init, report, serve, stack, submit
 from pytest_haico.cli.output import exit_now
 from pytest_haico.errors import HaicoError
 
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     stack.add_parser(commands)
     env.add_parser(commands)
     gpu_check.add_parser(commands)
+    serve.add_parser(commands)
     return parser
 
 

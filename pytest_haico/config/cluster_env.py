@@ -30,6 +30,7 @@ KNOWN_KEYS = {
     "QOS": "Slurm QOS",
     "PHOENIX_ENABLED": "1 to run Phoenix tracing beside the backend",
     "PHOENIX_IMAGE": "Phoenix OCI image pinned by digest, or a SIF (with PHOENIX_ENABLED=1)",
+    "SERVE_KEY_GROUP": "Unix group that may read the keys of the models `haico serve` serves",
 }
 _LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")

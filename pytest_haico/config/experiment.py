@@ -77,12 +77,20 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    """Which weights the arm serves: a directory, or an HF id + revision from the local cache."""
+    """Which weights the arm serves: a directory, or an HF id + revision from the local cache;
+    `served`: found in the catalogue under that name (`haico serve`) instead of started,
+    and checked against the other fields."""
 
     path: Text | None = None
     hf_id: Text | None = None
     revision: Text | None = None
     served_name: Name | None = None
+    # Where the model answers, not which model: excluded from model_dump and so from the
+    # item_id, so that items against a served model are the items of the same model started
+    # by the run (the served model's identity gate makes sure it is that model).
+    served: Annotated[str | None, Field(pattern=ARM_NAME.pattern, max_length=128, exclude=True)] = (
+        None
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSection:
@@ -154,6 +162,16 @@ class SlurmSection(_Section):
     mem: Text | None = None
     time: Text | None = None
     time_per_stratum: dict[Name, Text] = Field(default_factory=dict)
+
+    def resource_options(self) -> list[str]:
+        """The sbatch options for what the arm asks of a node (the time limit apart)."""
+        flags = (
+            ("--partition", self.partition),
+            ("--gres", self.gres),
+            ("--cpus-per-task", self.cpus_per_task),
+            ("--mem", self.mem),
+        )
+        return [f"{flag}={setting}" for flag, setting in flags if setting is not None]
 
 
 Persona = Literal["helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang", "dead"]

@@ -97,6 +97,12 @@ OPTIONS = (
         "URL",
     ),
     Option(
+        "model",
+        "use the model served under this name in the catalogue (`haico serve`), resolved at "
+        "the start of every run, instead of starting one (as an arm's [model] served)",
+        "NAME",
+    ),
+    Option(
         "progress",
         "per-item output: auto (the default: a line per finished conversation, with ETA, when "
         "the output is not a terminal; pytest's dots on one), lines (always), off (pytest's "

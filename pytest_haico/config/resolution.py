@@ -81,12 +81,14 @@ class Places:
     cluster_env: Path | None
     site: ClusterEnv | None  # the parsed cluster.env, when there is one
     results: Path
+    catalogue: Path  # where served models register (`haico serve`)
 
 
 def resolve_places(r: Resolver) -> Places:
     """The experiments (default `<rootdir>/experiments`), the cluster.env (default the one in
-    the experiments, if any) and the results root (default `$CLUSTER_WORK/results`, from
-    the environment, else the cluster.env; else `<rootdir>/results`)."""
+    the experiments, if any), the results root (default `$CLUSTER_WORK/results`, from
+    the environment, else the cluster.env; else `<rootdir>/results`) and the catalogue of
+    served models (`$CLUSTER_WORK/catalogue`, else `<rootdir>/catalogue`)."""
     rootdir = r.lookup.rootdir
     experiments = r.get("experiments", r.path, rootdir / "experiments")
     experiments_given = r.given("experiments")
@@ -99,13 +101,15 @@ def resolve_places(r: Resolver) -> Places:
     cluster_work = r.lookup.environ.get("CLUSTER_WORK") or (
         site.get("CLUSTER_WORK") if site else None
     )
-    default_results = Path(cluster_work) / "results" if cluster_work else rootdir / "results"
+    work = Path(cluster_work) if cluster_work else rootdir
+    default_results = work / "results"
     return Places(
         experiments=experiments,
         experiments_given=experiments_given,
         cluster_env=cluster_env,
         site=site,
         results=r.get("results", r.path, default_results),
+        catalogue=work / "catalogue",
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_haico.config.cluster_env import ClusterEnv
+from pytest_haico.config.experiment import ARM_NAME
 from pytest_haico.config.item_list import ItemList, parse_item_list
 from pytest_haico.config.options import OPTIONS
 from pytest_haico.config.resolution import (
@@ -101,6 +102,8 @@ class Settings:
     backend_cmd_dir: Path  # where the backend command runs: the directory pytest started in
     model_endpoint: str | None
     model_api_key: str | None = field(repr=False)  # $HAICO_MODEL_API_KEY, never an option
+    model: str | None  # --haico-model: a served model's catalogue name, for every arm
+    catalogue: Path  # where served models register
     attach: Path | None
     results_mode: int
     sources: Mapping[str, str]
@@ -157,15 +160,31 @@ def _resolve(config: pytest.Config, env: Mapping[str, str]) -> Settings:
         backend_cmd_dir=here,
         model_endpoint=r.get("model_endpoint", parse_endpoint, None),
         model_api_key=env.get(MODEL_API_KEY_ENV) or None,
+        model=r.get("model", parse_served_name, None),
+        catalogue=places.catalogue,
         attach=r.get("attach", r.path, None),
         results_mode=resolve_results_mode(r),
         sources=dict(r.sources),
     )
+    if settings.model and settings.model_endpoint:
+        raise pytest.UsageError(
+            "haico: --haico-model and --haico-model-endpoint exclude each other; give one"
+        )
     if settings.backend_image and settings.backend_cmd:
         raise pytest.UsageError(
             "haico: --haico-backend-image and --haico-backend-cmd exclude each other; give one"
         )
     return settings
+
+
+def parse_served_name(value: Any, source: str) -> str:
+    """A served model's catalogue name: an arm's name pattern."""
+    text = str(value).strip()
+    if not ARM_NAME.match(text):
+        raise ConfigError(
+            source, "", f"{text!r} is not a served model's name: use [a-z0-9_.] with inner '-'"
+        )
+    return text
 
 
 def parse_shard(value: Any, source: str) -> Shard:

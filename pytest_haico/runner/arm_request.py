@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_haico.redact import Redactor
     from pytest_haico.runner.breaker import CircuitBreaker
     from pytest_haico.runner.preflight import GateLog
+    from pytest_haico.runner.served import ServedCheck
     from pytest_haico.runner.walltime import WalltimeAdmission
     from pytest_haico.stack.kept import KeptState
 
@@ -71,10 +72,15 @@ class ArmRunRequest:
 
 
 def stack_source(
-    settings: Settings, arm: Arm, recorder: RunRecorder, *, kept: KeptState | None
+    settings: Settings,
+    arm: Arm,
+    recorder: RunRecorder,
+    *,
+    kept: KeptState | None,
+    served: ServedCheck | None = None,
 ) -> StackRequest | KeptState:
     """The stack the session's options ask for `arm`, writing into its run directory; or the
-    kept one, with --haico-attach."""
+    kept one, with --haico-attach. A `served` model replaces the model server."""
     if kept is not None:
         return kept
     backend_command = None
@@ -83,6 +89,8 @@ def stack_source(
     model_endpoint = None
     if settings.model_endpoint is not None:
         model_endpoint = ModelEndpoint(settings.model_endpoint, settings.model_api_key or "")
+    elif served is not None:
+        model_endpoint = served.endpoint()
     return StackRequest(
         arm=arm,
         run_dir=recorder.claim(arm.name).path,

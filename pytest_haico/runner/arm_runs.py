@@ -307,11 +307,14 @@ class ArmRuns:
         from pytest_haico.runner.arm_run import ArmRun
 
         recorder: RunRecorder = self.recorder
+        served = self._static.served.get(arm)  # resolved by its gate served_model
         if self.observer is not None:
             recorder = ObservedRecorder(self.recorder, self.observer)
         request = ArmRunRequest(
             arm=self.arms[arm],
-            stack=stack_source(settings, self.arms[arm], self.recorder, kept=self.kept),
+            stack=stack_source(
+                settings, self.arms[arm], self.recorder, kept=self.kept, served=served
+            ),
             concurrency=settings.concurrency or self.arms[arm].run.concurrency,
             dump_interval_s=settings.dump_interval,
             gates_only=gates_only,

@@ -30,6 +30,7 @@ from pytest_haico.gates.result import (
 from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.redact import Redactor
+from pytest_haico.runner.served import SERVED_MODEL, ServedCheck, served_name
 from pytest_haico.runner.walltime import WalltimeAdmission
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ class ArmPreflights:
         # Arm -> every gate its start ran, and gates.json (kept when a static gate failed).
         self.gate_logs: dict[str, GateLog] = {}
         self._passed: dict[str, tuple[WalltimeAdmission, GateLog]] = {}
+        # Arm -> its served model, resolved by gate served_model ([model] served).
+        self.served: dict[str, ServedCheck] = {}
 
     def run(self, arm: str, specs: Sequence[ItemSpec]) -> tuple[WalltimeAdmission, GateLog]:
         """The arm's static gates over `specs` (the items it runs); raises `GateFailedError`
@@ -115,6 +118,9 @@ class ArmPreflights:
         share = f"run {self.recorder.claim(arm).run_id} of arm {arm}, {self.recorder.share}"
         if strata:
             share += f", {'strata' if len(strata) > 1 else 'stratum'} {', '.join(strata)}"
+        name = served_name(self.settings, self.arms[arm])
+        if name is not None:
+            self.served[arm] = ServedCheck(self.settings, self.arms[arm], name)
         return static_gates(
             self.settings,
             self.arms[arm],
@@ -124,6 +130,7 @@ class ArmPreflights:
             strata=strata,
             share=share,
             run_dir=self.recorder.claim(arm).path,
+            served=self.served.get(arm),
         )
 
 
@@ -137,15 +144,19 @@ def static_gates(
     strata: Iterable[str],
     share: str,
     run_dir: Path | None = None,
+    served: ServedCheck | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> list[Gate]:
     """The static gates of `arm`, in DESIGN's order (gate 1, the configuration, ran at
     configure time), each with every input bound. `scripts` and `strata` are those of the
     arm's items in this run; `share` names what this run claimed (for output_collision);
-    `run_dir` its directory, where the GPU check an arm asks for logs."""
+    `run_dir` its directory, where the GPU check an arm asks for logs; `served`, the arm's
+    served model, adds gate served_model."""
     site = settings.site
     cluster = settings.profile is Profile.CLUSTER
-    starts_vllm = cluster and settings.model_endpoint is None and settings.attach is None
+    starts_vllm = (
+        cluster and settings.model_endpoint is None and settings.attach is None and served is None
+    )
     venv_setting = (site.get("VLLM_VENV") if site else None) or environ.get("VLLM_VENV")
     venv = Path(venv_setting) if venv_setting else None
     hf_home = site.get("HF_HOME") if site else None
@@ -224,6 +235,8 @@ def static_gates(
             partial(static.check_output_collision, claimed=True, share=share),
         ),
     ]
+    if served is not None:
+        gates.insert(1, Gate(SERVED_MODEL, served.gate))
     if starts_vllm and arm.run.gpu_check and run_dir is not None:
         gates.append(Gate(gpu.GPU_CHECK, partial(_gpu_gate, settings, arm, environ, venv, run_dir)))
     return gates

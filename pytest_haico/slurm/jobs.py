@@ -1,5 +1,5 @@
 """Slurm's jobs: submitting one, finding one by its name, how its array tasks stand, when it
-ends and whether it has ended."""
+ends and whether it has ended, how it stands now, and cancelling it."""
 
 from __future__ import annotations
 
@@ -173,6 +173,29 @@ def job_has_ended(job_id: str, *, environ: Mapping[str, str] | None = None) -> b
         return "Invalid job id" in shown.stderr
     record = record_of(parse_job_records(shown.stdout), job_id)
     return record is not None and record.state not in HOLDING_STATES
+
+
+def job_now(job_id: str, *, environ: Mapping[str, str] | None = None) -> JobRecord | None:
+    """The job as the controller shows it now; None when it no longer knows the job.
+
+    `SlurmError` when Slurm cannot say (no answer, not installed): never taken for an end.
+    """
+    shown = client.run(
+        ["scontrol", "-o", "show", "job", job_id], environ=environ, timeout_s=IN_JOB_TIMEOUT_S
+    )
+    if not shown.ok:
+        if "Invalid job id" in shown.stderr:
+            return None
+        shown.checked()
+    return record_of(parse_job_records(shown.stdout), job_id)
+
+
+def cancel(
+    job_id: str, *, signal: str | None = None, environ: Mapping[str, str] | None = None
+) -> None:
+    """``scancel`` the job, or send it `signal` (``USR1``: to its batch shell only)."""
+    argv = ["scancel", job_id] if signal is None else ["scancel", "--batch", "-s", signal, job_id]
+    client.run(argv, environ=environ).checked()
 
 
 def _completion_log(environ: Mapping[str, str] | None) -> list[JobRecord] | None:

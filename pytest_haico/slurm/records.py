@@ -86,6 +86,8 @@ class JobRecord:
     state: str = "?"
     exit_code: str = "?"
     end: str | None = None  # EndTime as printed; None: the line has none
+    batch_host: str | None = None  # the node the batch script runs on, once it runs
+    restarts: int = 0  # how often Slurm requeued the job (its SLURM_RESTART_COUNT)
 
     @property
     def base_id(self) -> str:
@@ -133,9 +135,15 @@ def parse_job_records(text: str) -> list[JobRecord]:
                 state=fields.get("JobState", "?"),
                 exit_code=fields.get("ExitCode", "?"),
                 end=fields.get("EndTime"),
+                batch_host=_known_host(fields.get("BatchHost")),
+                restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
             )
         )
     return records
+
+
+def _known_host(text: str | None) -> str | None:
+    return None if text is None or text.lower() in _NO_TIME | {"(null)"} else text
 
 
 def record_of(records: list[JobRecord], job_id: str) -> JobRecord | None:

@@ -101,8 +101,10 @@ class BackendConfig:
         }
 
 
-def vllm_argv(arm: Arm, *, executable: Path, port: int) -> list[str]:
-    """The vLLM command line for `arm` on `port` (no secret: the key is in the environment)."""
+def vllm_argv(arm: Arm, *, executable: Path, port: int, host: str = "127.0.0.1") -> list[str]:
+    """The vLLM command line for `arm` on `host`:`port` (no secret: the key is in the
+    environment). A campaign's vLLM listens on loopback; a served one (`haico serve`) on
+    every interface of its node, for clients elsewhere."""
     model = arm.model.path or arm.model.hf_id
     if not model:
         raise ConfigError(
@@ -112,7 +114,7 @@ def vllm_argv(arm: Arm, *, executable: Path, port: int) -> list[str]:
         )
     settings = arm.vllm
     argv = [str(executable), "serve", model, "--served-model-name", arm.served_name]
-    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--host", host, "--port", str(port)]
     argv += ["--max-model-len", str(settings.max_model_len)]
     if settings.enable_tool_calling and settings.tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_call_parser]
@@ -157,9 +159,15 @@ def vllm_environment(
 
 
 def build_vllm_service(
-    arm: Arm, *, venv: Path, api_key: str, environ: Mapping[str, str], hf_home: str | None
+    arm: Arm,
+    *,
+    venv: Path,
+    api_key: str,
+    environ: Mapping[str, str],
+    hf_home: str | None,
+    host: str = "127.0.0.1",
 ) -> HttpService:
-    """vLLM from the venv, as an `HttpService` named `llm` (not yet started)."""
+    """vLLM from the venv, as an `HttpService` named `llm` (not yet started), on `host`."""
     executable = venv / "bin" / "vllm"
     if not os.access(executable, os.X_OK):
         raise StackError(
@@ -171,7 +179,7 @@ def build_vllm_service(
     env = vllm_environment(environ, venv=venv, api_key=api_key, hf_home=hf_home)
     return HttpService(
         name="llm",
-        argv=lambda port: vllm_argv(arm, executable=executable, port=port),
+        argv=lambda port: vllm_argv(arm, executable=executable, port=port, host=host),
         env=lambda: env,
         inherit_env=False,
         health_path="/health",

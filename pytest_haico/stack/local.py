@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections.abc import Callable
 
+from pytest_haico.config.experiment import Arm
 from pytest_haico.stack.orchestrator import Orchestrator
 from pytest_haico.stack.postgres import PostgresService
 from pytest_haico.stack.profiles import HttpService, Stack
@@ -28,13 +29,15 @@ def build_llm_service(
     max_num_seqs: int | None = None,
     name: str = "llm",
     start_timeout: float = 60.0,
+    host: str = "127.0.0.1",
 ) -> HttpService:
-    """The stand-in LLM server, not yet started; tool calling is on with a `tool_call_parser`."""
+    """The stand-in LLM server on `host`, not yet started; tool calling is on with a
+    `tool_call_parser`."""
 
     def argv(port: int) -> list[str]:
         argv = [sys.executable, "-m", "pytest_haico.standins.llm"]
         argv += ["--model", served_name, "--served-model-name", served_name]
-        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--host", host, "--port", str(port)]
         argv += ["--max-model-len", str(max_model_len)]
         if tool_call_parser is not None:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
@@ -54,6 +57,21 @@ def build_llm_service(
         health_path="/health",
         start_timeout=start_timeout,
         secrets=(api_key,),
+    )
+
+
+def build_arm_llm_service(arm: Arm, *, api_key: str, host: str = "127.0.0.1") -> HttpService:
+    """The stand-in LLM server that behaves as `arm`'s `[standin]` section says."""
+    return build_llm_service(
+        served_name=arm.served_name,
+        max_model_len=arm.vllm.max_model_len,
+        tool_call_parser=arm.vllm.tool_call_parser if arm.vllm.enable_tool_calling else None,
+        persona=arm.standin.persona,
+        latency_ms=arm.standin.latency_ms,
+        seed=arm.standin.seed,
+        api_key=api_key,
+        load_s=arm.standin.load_s,
+        host=host,
     )
 
 
@@ -150,16 +168,7 @@ def build_local_stack(request: StackRequest) -> Stack:
     postgres = PostgresService()
     llm = None
     if model_endpoint is None:
-        llm = build_llm_service(
-            served_name=arm.served_name,
-            max_model_len=arm.vllm.max_model_len,
-            tool_call_parser=arm.vllm.tool_call_parser if arm.vllm.enable_tool_calling else None,
-            persona=arm.standin.persona,
-            latency_ms=arm.standin.latency_ms,
-            seed=arm.standin.seed,
-            api_key=api_key,
-            load_s=arm.standin.load_s,
-        )
+        llm = build_arm_llm_service(arm, api_key=api_key)
 
     def database_url() -> str:
         # Called at each spawn of the backend, which may come before Postgres' own: the

@@ -72,15 +72,7 @@ def sbatch_argv(
         "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
     ]
     if arm_slurm is not None:
-        flags: tuple[tuple[str, object], ...] = (
-            ("--partition", arm_slurm.partition),
-            ("--gres", arm_slurm.gres),
-            ("--cpus-per-task", arm_slurm.cpus_per_task),
-            ("--mem", arm_slurm.mem),
-        )
-        for flag, setting in flags:
-            if setting is not None:
-                argv.append(f"{flag}={setting}")
+        argv += arm_slurm.resource_options()
     if dependency is not None:
         argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
     return [*argv, str(submission.script), *plan.pytest_args]

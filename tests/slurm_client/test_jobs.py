@@ -176,3 +176,29 @@ def test_a_job_has_ended_when_its_state_no_longer_holds_its_nodes_or_slurm_forgo
 
 def test_a_job_is_not_over_while_scontrol_cannot_be_asked(tmp_path: Path) -> None:
     assert slurm.job_has_ended("5", environ={"PATH": str(tmp_path)}) is False
+
+
+def test_how_a_job_stands_now_names_its_batch_host_and_restarts(tmp_path: Path) -> None:
+    line = "JobId=5 JobName=serve JobState=RUNNING Restarts=2 BatchHost=gpu07 EndTime=Unknown"
+    env = stand_ins(tmp_path, scontrol=f"echo '{line}'")
+    record = slurm.job_now("5", environ=env)
+    assert record is not None
+    assert (record.state, record.batch_host, record.restarts) == ("RUNNING", "gpu07", 2)
+    assert (tmp_path / "scontrol.argv").read_text().split() == ["-o", "show", "job", "5"]
+
+
+def test_a_job_slurm_forgot_stands_nowhere_and_no_answer_is_an_error(tmp_path: Path) -> None:
+    forgot = stand_ins(
+        tmp_path, scontrol="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1"
+    )
+    assert slurm.job_now("5", environ=forgot) is None
+    with pytest.raises(SlurmError, match="scontrol is not on PATH"):
+        slurm.job_now("5", environ={"PATH": str(tmp_path / "empty")})
+
+
+def test_cancelling_sends_scancel_or_a_signal_to_the_batch_shell(tmp_path: Path) -> None:
+    env = stand_ins(tmp_path, scancel="exit 0")
+    slurm.cancel("5", environ=env)
+    assert (tmp_path / "scancel.argv").read_text().split() == ["5"]
+    slurm.cancel("5", signal="USR1", environ=env)
+    assert (tmp_path / "scancel.argv").read_text().split() == ["--batch", "-s", "USR1", "5"]
