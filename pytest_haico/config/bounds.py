@@ -1,4 +1,5 @@
-"""The sizes and ranges an experiment may have, and the constrained types that hold them."""
+"""The sizes, ranges and name patterns an experiment may have, and the constrained types that
+hold them."""
 
 from __future__ import annotations
 
@@ -50,3 +51,25 @@ Name = Annotated[str, Field(pattern=SCRIPT_ID.pattern, min_length=1, max_length=
 Text = Annotated[str, AfterValidator(not_blank)]
 ParserName = Annotated[str, AfterValidator(_parser_name)]
 Finite = Field(allow_inf_nan=False)
+
+ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
+TAG = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+# Marker names pytest and its usual plugins give a meaning to; a script tag with
+# one of these names would silently skip, xfail or parametrise the item.
+RESERVED_MARKERS = frozenset(
+    {
+        "asyncio",
+        "filterwarnings",
+        "flaky",
+        "no_cover",
+        "parametrize",
+        "skip",
+        "skipif",
+        "timeout",
+        "tryfirst",
+        "trylast",
+        "usefixtures",
+        "xfail",
+    }
+)

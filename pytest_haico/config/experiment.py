@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pytest_haico.config.bounds import (
+    ARM_NAME,
     MAX_CONCURRENCY,
     MAX_CPUS,
     MAX_GPUS,
@@ -30,6 +30,8 @@ from pytest_haico.config.bounds import (
     MAX_TURN_CHARS,
     MAX_TURN_TIMEOUT_S,
     MAX_TURNS,
+    RESERVED_MARKERS,
+    TAG,
     Finite,
     Name,
     ParserName,
@@ -48,28 +50,6 @@ _MAX_START_TIMEOUT_S = 86_400  # a day: beyond any model load, below a typo's ex
 # vLLM's start-up log can be silent for half a minute between two lines on a busy node (its
 # imports, the engine's own start); two minutes of silence is a hang.
 DEFAULT_START_STALL_TIMEOUT_S = 120.0
-
-ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
-TAG = re.compile(r"^[a-z_][a-z0-9_]*$")
-
-# Marker names pytest and its usual plugins give a meaning to; a script tag with
-# one of these names would silently skip, xfail or parametrise the item.
-RESERVED_MARKERS = frozenset(
-    {
-        "asyncio",
-        "filterwarnings",
-        "flaky",
-        "no_cover",
-        "parametrize",
-        "skip",
-        "skipif",
-        "timeout",
-        "tryfirst",
-        "trylast",
-        "usefixtures",
-        "xfail",
-    }
-)
 
 
 class _Section(BaseModel):

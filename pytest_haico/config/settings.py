@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from pytest_haico.config.bounds import ARM_NAME
 from pytest_haico.config.cluster_env import ClusterEnv
-from pytest_haico.config.experiment import ARM_NAME
 from pytest_haico.config.item_list import ItemList, parse_item_list
 from pytest_haico.config.options import OPTIONS
 from pytest_haico.config.resolution import (

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_haico.config.experiment import ARM_NAME
+from pytest_haico.config.bounds import ARM_NAME
 from pytest_haico.config.identity import parse_model_identity
 from pytest_haico.errors import CatalogueError, UntrustedFileError
 from pytest_haico.files import (

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_haico.config.bounds import ARM_NAME
 from pytest_haico.config.cluster_env import ClusterEnv
-from pytest_haico.config.experiment import ARM_NAME, load_arm
+from pytest_haico.config.experiment import load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import CatalogueError, ConfigError
 from pytest_haico.serve.catalogue import entry_path, make_catalogue_dir
