@@ -83,8 +83,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(fixtures, FIXTURES_PLUGIN)
     settings = resolve_settings(config)
-    from pytest_haico.campaign.checks import check_supported, collects
+    from pytest_haico.campaign.checks import check_rootdir, check_supported, collects
 
+    check_rootdir(config)
     check_supported(settings)
     campaign_dir = settings.experiments.is_dir()
     held = config.pluginmanager.get_plugin(HELD_PLUGINS)

@@ -3,12 +3,16 @@ before any stack starts and before an allocation's hour is spent."""
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_haico.config.options import OPTIONS
+from pytest_haico.config.project import find_project_config
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError
 
@@ -32,6 +36,36 @@ def check_supported(settings: Settings) -> None:
             f"cluster profile does (this run's profile is {settings.profile.value}): add "
             "--haico-profile cluster, or run a local build with --haico-backend-cmd CMD"
         )
+
+
+def check_rootdir(config: pytest.Config) -> None:
+    """A haico option's value given as the next word (`--haico-attach FILE`) is, to pytest
+    before plugins load, a test path, from which it looks for its rootdir and configuration
+    file. Refused when that moved them from where pytest finds them without that word."""
+    args = list(config.invocation_params.args)
+    here = config.invocation_params.dir
+    valued = {option.cli for option in OPTIONS if not option.flag}
+    words = [(flag, value) for flag, value in itertools.pairwise(args) if flag in valued]
+    words = [(flag, value) for flag, value in words if (here / value).exists()]
+    if not words or config.option.inifilename:
+        return  # pytest found nothing from them, or was told its configuration file
+    start = here
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        dirs = [(here / arg.split("::")[0]).resolve() for arg in config.args]
+        start = Path(os.path.commonpath([d if d.is_dir() else d.parent for d in dirs]))
+    bare = find_project_config(start)
+    found = config.inipath
+    if config.rootpath == bare.rootdir and found == bare.path:
+        return
+    if config.option.rootdir and found == bare.path:
+        return  # --rootdir given: only the configuration file could have moved
+    flag, value = words[0]
+    raise pytest.UsageError(
+        f"haico: pytest read {value}, the value of {flag}, as a test path (it looks for its "
+        f"rootdir and configuration before haico's options are known), so its rootdir is "
+        f"{config.rootpath} and its configuration {found or 'none'}, where a bare pytest "
+        f"here has {bare.rootdir} and {bare.path or 'none'}: write {flag}={value}"
+    )
 
 
 def check_selection(settings: Settings, arms: Iterable[str], strata: frozenset[str]) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_haico.campaign.checks import XDIST_MESSAGE
 from pytest_haico.campaign.failures import compact_failure
+from pytest_haico.campaign.job_exit import write_run_items
 from pytest_haico.campaign.selection import Selection, Selector
 from pytest_haico.campaign.signals import SessionSignals
 from pytest_haico.campaign.summary import exit_status, write_summary
@@ -53,8 +54,10 @@ class CampaignPlugin:
         sessions: ArmRuns,
         *,
         collects_experiments: bool = False,
+        run_items: Path | None = None,
     ) -> None:
         self.settings = settings
+        self.run_items = run_items  # where a batch job wants this run's ledgers and items
         self.collects_experiments = collects_experiments
         self.parametrized = False  # whether any collected test asked for haico_item
         self.specs = specs
@@ -162,12 +165,27 @@ class CampaignPlugin:
             except ResultsError as exc:
                 raise pytest.UsageError(f"haico: {exc}") from None
         self._items = list(session.items)
+        self._tell_run_items()
         self.sessions.plan(session, session.items)
         if session.testsfailed and not session.config.option.continue_on_collection_errors:
             return None  # pytest's loop stops on the collection errors
         if not self.sessions.preflight():
             return True  # a static gate failed: no item runs (exit 78, the summary says why)
         return None
+
+    def _tell_run_items(self) -> None:
+        """Tell the batch job what this run is to record where, so that it can decide its
+        exit code if pytest is killed before it gives one."""
+        if self.run_items is None:
+            return
+        ledgers = self.recorder.ledger_paths()
+        items: dict[Path, list[str]] = {}
+        for state in _attempts(self._items):
+            items.setdefault(ledgers[state.spec.arm.name], []).append(state.spec.item_id)
+        try:
+            write_run_items(self.run_items, items)
+        except OSError as exc:  # then a killed run's job exits 75, which resubmits it
+            _log.warning("haico: %s not written: %s", self.run_items, exc)
 
     def _gates_only(self, session: pytest.Session) -> bool | None:
         """--haico-gates-only: each selected arm's gates (its stack started and stopped), and

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_haico.campaign import checks
 from pytest_haico.campaign.hooks import CampaignPlugin
+from pytest_haico.campaign.job_exit import RUN_ITEMS_ENV
 from pytest_haico.config.experiment import load_experiments
 from pytest_haico.config.identity import source_tree
 from pytest_haico.config.items import build_item_specs
@@ -65,6 +66,7 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         recorder,
         ArmRuns(settings, experiments.arms, recorder, kept=kept),
         collects_experiments=checks.collects(config, settings.experiments),
+        run_items=Path(os.environ[RUN_ITEMS_ENV]) if os.environ.get(RUN_ITEMS_ENV) else None,
     )
     if kept is not None:
         campaign.selection.notes.append(

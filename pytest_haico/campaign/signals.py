@@ -80,8 +80,14 @@ class SessionSignals:
         """Before pytest's terminal reporter renders the interrupt: a signal can land on an
         instruction without a line number (a generator's first, in Python 3.11), and
         pytest's rendering of that traceback entry fails (`tb_lineno` None), which would end
-        the run with exit 1 instead of its exit code and summary."""
+        the run with exit 1 instead of its exit code and summary.
+
+        A SIGTERM's traceback is cut to where it landed: pytest renders every entry with
+        its source and arguments (half a second on an idle node), and SIGKILL follows
+        after KillWait; only that last entry is ever printed without --fulltrace."""
         drop_lineless_entries(excinfo.value)
+        if isinstance(excinfo.value, TerminatedError):
+            keep_crash_entry(excinfo.value)
 
     def pytest_unconfigure(self) -> None:
         for signum, previous in self._previous.items():
@@ -158,6 +164,26 @@ class SessionSignals:
         self.sessions.terminate(reason)
         if first and not self.sessions.tearing_down:
             self._interrupt(TerminatedError(reason))
+
+
+def keep_crash_entry(error: BaseException) -> None:
+    """Unlink the traceback entries of `error` between its head (whoever holds it sees the
+    rest) and the innermost one that pytest does not hide, which pytest reports as where
+    the exception was raised."""
+    head = error.__traceback__
+    if head is None:
+        return
+    crash, entry = head, head.tb_next
+    while entry is not None:
+        frame = entry.tb_frame
+        if not (
+            frame.f_locals.get("__tracebackhide__") or frame.f_globals.get("__tracebackhide__")
+        ):
+            crash = entry
+        entry = entry.tb_next
+    if crash is not head:
+        head.tb_next = crash
+    crash.tb_next = None
 
 
 def drop_lineless_entries(error: BaseException) -> None:

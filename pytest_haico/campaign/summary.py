@@ -1,6 +1,7 @@
 """The end of a campaign session: the haico section of the terminal summary (with the gates'
 tables under --haico-gates-only), and the exit code (pytest's own in strict mode; 0
-finished, 75 resubmit in campaign mode; 78 a gate failed or no stack, in both)."""
+finished, 75 resubmit in campaign mode; in both, 78 a gate failed or no stack, and 75 the
+walltime gate found too little time for one item: a cost shortfall, not a fault)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from pytest_haico.config.settings import ExitMode
 from pytest_haico.gates.result import first_failure, render_table
+from pytest_haico.gates.static import WALLTIME
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.arm_runs import ArmRuns
@@ -38,8 +40,14 @@ def write_summary(
     terminal.section("haico")
     if gated:
         _write_gate_tables(terminal, sessions)
-    if sessions.stack_failure:
-        what = "gate failed" if sessions.gate_failed else "stack failed"
+    if sessions.stack_failure and _short_of_time(sessions):
+        terminal.write_line(
+            f"too little time left (exit {EXIT_RESUBMIT}: a cost shortfall, the inputs are "
+            f"fine): {sessions.stack_failure}",
+            red=True,
+        )
+    elif sessions.stack_failure:
+        what = "gate failed" if sessions.failed_gate else "stack failed"
         terminal.write_line(
             f"{what} (exit {EXIT_STACK_FAILED}): {sessions.stack_failure}", red=True
         )
@@ -93,9 +101,10 @@ def exit_status(
     interrupted: bool,
 ) -> int:
     """The session's exit code, given pytest's `status` and what the campaign saw."""
-    # In both exit modes: a gate failed or the stack is bad (78), or the run stopped short (75).
+    # In both exit modes: a gate failed or the stack is bad (78), or the run stopped short
+    # or had too little time for one item (75).
     if sessions.stack_failure is not None:
-        return EXIT_STACK_FAILED
+        return EXIT_RESUBMIT if _short_of_time(sessions) else EXIT_STACK_FAILED
     if _stopped_short(sessions) or recorder.write_failure is not None:
         return EXIT_RESUBMIT
     gates_passed = sessions.settings.gates_only and bool(sessions.gate_logs) and not interrupted
@@ -164,6 +173,11 @@ def _early_end_lines(sessions: ArmRuns, attempts: list[ItemAttempt]) -> list[str
             f"stopped admitting (exit {EXIT_RESUBMIT}): {sessions.admission_stop}; {tally}"
         )
     return lines
+
+
+def _short_of_time(sessions: ArmRuns) -> bool:
+    """The walltime gate refused: the allocation has less time left than one item costs."""
+    return sessions.failed_gate == WALLTIME
 
 
 def _stopped_short(sessions: ArmRuns) -> bool:

@@ -60,6 +60,11 @@ class ArmPaths:
         return self.claims_dir / f"shard-{shard.index}of{shard.count}{listed}.{stratum}.json"
 
 
+def run_dir_of_ledger(ledger: Path) -> Path:
+    """The run directory of the run that appends to `ledger` (`ArmPaths.ledger` reversed)."""
+    return ArmPaths(ledger.parent.parent).runs_dir / ledger.name.removesuffix(".jsonl")
+
+
 @dataclass(frozen=True)
 class RunClaim:
     """A run directory this process owns: `runs/<run_id>/`, with `claim.json` inside."""

@@ -1,19 +1,27 @@
 """pg_dumps of a run's backend database: periodic ones while the run goes on, a final one
-before the stack stops, each written under a temporary name and renamed when complete."""
+before the stack stops, each written under a temporary name and renamed when complete.
+
+The temporary (partial) file is made with the results mode before pg_dump writes into it,
+and removed whenever its dump does not complete; pg_dump dies with the thread that started
+it, so a killed pytest leaves no pg_dump writing behind, and the batch job removes what
+partial file it left (`remove_partial_dumps`)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 from pytest_haico.errors import DumpError
-from pytest_haico.files import make_dirs, publish_file
+from pytest_haico.files import create_file, make_dirs, publish_file
+from pytest_haico.procfs import death_signal_preexec
 from pytest_haico.redact import Redactor
 from pytest_haico.stack.postgres import PostgresService
 
@@ -21,6 +29,24 @@ _log = logging.getLogger(__name__)
 
 DumpKind = Literal["periodic", "final"]
 DUMP_TIMEOUT_S = 600.0
+PARTIAL_SUFFIX = ".partial"
+
+
+def run_dumps_dir(run_dir: Path) -> Path:
+    """Where the run in `run_dir` writes its dumps."""
+    return run_dir / "dumps"
+
+
+def remove_partial_dumps(dumps_dir: Path) -> list[Path]:
+    """Remove the partial files of dumps that never completed (their run was killed, and
+    its pg_dump with it); the paths removed."""
+    removed: list[Path] = []
+    with contextlib.suppress(OSError):  # no dumps directory: nothing was dumped
+        for partial in dumps_dir.glob(f".*.dump{PARTIAL_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+                removed.append(partial)
+    return removed
 
 
 class DatabaseDumps:
@@ -58,40 +84,17 @@ class DatabaseDumps:
             make_dirs(self.dumps_dir, self.file_mode)
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
             final = self._free_name(f"{kind}-{stamp}")
-            partial = final.with_name(f".{final.name}.partial")
+            partial = final.with_name(f".{final.name}{PARTIAL_SUFFIX}")
             command = self.postgres.dump_command(partial)
             if self._aborted.is_set():
                 raise DumpError(f"pg_dump ({kind}) not started: the run is ending at once")
+            partial.unlink(missing_ok=True)  # this run's own, left by a pytest killed mid-dump
+            os.close(create_file(partial, self.file_mode))  # pg_dump keeps its mode
             try:
-                process = subprocess.Popen(
-                    list(command.argv),
-                    env=dict(command.env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            except OSError as exc:
-                raise DumpError(f"pg_dump ({kind}) did not start: {exc}") from None
-            self._process = process
-            try:
-                _, stderr_text = process.communicate(timeout=DUMP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
+                self._run(kind, command.argv, command.env)
+            except BaseException:
                 partial.unlink(missing_ok=True)
-                raise DumpError(
-                    f"pg_dump ({kind}) did not end within {DUMP_TIMEOUT_S:.0f} s"
-                ) from None
-            finally:
-                self._process = None
-            if self._aborted.is_set():
-                partial.unlink(missing_ok=True)
-                raise DumpError(f"pg_dump ({kind}) was stopped: the run is ending at once")
-            if process.returncode != 0:
-                partial.unlink(missing_ok=True)
-                stderr = Redactor(self.postgres.secrets).redact(stderr_text.strip())
-                raise DumpError(f"pg_dump ({kind}) exited {process.returncode}: {stderr}")
+                raise
             publish_file(partial, final, mode=self.file_mode)
             self.written.append(final)
             if kind == "periodic":
@@ -99,6 +102,36 @@ class DatabaseDumps:
                     self._last_periodic.unlink(missing_ok=True)
                 self._last_periodic = final
             return final
+
+    def _run(self, kind: DumpKind, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        """Run one pg_dump to its end; `DumpError` unless it completed."""
+        try:
+            process = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise DumpError(f"pg_dump ({kind}) did not start: {exc}") from None
+        self._process = process
+        try:
+            _, stderr_text = process.communicate(timeout=DUMP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise DumpError(f"pg_dump ({kind}) did not end within {DUMP_TIMEOUT_S:.0f} s") from None
+        finally:
+            self._process = None
+            if process.poll() is None:  # a timeout, or an interrupt of this thread
+                process.kill()
+                process.wait()
+        if self._aborted.is_set():
+            raise DumpError(f"pg_dump ({kind}) was stopped: the run is ending at once")
+        if process.returncode != 0:
+            stderr = Redactor(self.postgres.secrets).redact(stderr_text.strip())
+            raise DumpError(f"pg_dump ({kind}) exited {process.returncode}: {stderr}")
 
     def start_periodic(self) -> None:
         """Dump every `interval_s` seconds in a background thread (nothing when 0)."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError
+from pytest_haico.gates.result import first_failure
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.observer import ArmRunsObserver, ObservedRecorder
@@ -61,7 +62,7 @@ class ArmRuns:
         # The first arm whose stack did not start or failed a gate (exit 78), and why the
         # run stopped early otherwise: a tripped breaker, a service that died (exit 75).
         self.stack_failure: str | None = None
-        self.gate_failed = False  # the stack_failure is a failed gate
+        self.failed_gate: str | None = None  # the gate whose failure is the stack_failure
         self.stop_reason: str | None = None
         # Why no new conversation starts any more while those in flight finish (exit 75).
         self.drain: Drain | None = None
@@ -349,14 +350,14 @@ class ArmRuns:
 
     def _fail(self, arm: str, error: StackError) -> str:
         """Record why the arm cannot run (a gate, its stack); the first is the session's."""
-        gate = isinstance(error, GateFailedError)
+        gate = first_failure(error.results) if isinstance(error, GateFailedError) else None
         failure = f"arm {arm}: {error}"
-        if not gate:
+        if gate is None:
             failure = f"the stack of arm {arm} did not start: {error}"
         self._failures[arm] = failure
         if self.stack_failure is None:
             self.stack_failure = failure
-            self.gate_failed = gate
+            self.failed_gate = gate.name if gate is not None else None
         self._stop_session(failure)
         return failure
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_haico.provenance.dumps import DatabaseDumps
+from pytest_haico.provenance.dumps import DatabaseDumps, run_dumps_dir
 from pytest_haico.provenance.runconfig import model_server_metrics, model_server_values
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_provenance import Dumps, ModelServerMetrics, ModelServerValues
@@ -36,7 +36,7 @@ def open_dumps(stack: RunStack, request: ArmRunRequest, run_dir: Path) -> Dumps 
         return None
     return DatabaseDumps(
         stack.postgres,
-        run_dir / "dumps",
+        run_dumps_dir(run_dir),
         interval_s=request.dump_interval_s,
         file_mode=request.recorder.file_mode,
     )

@@ -94,25 +94,38 @@ def pytest_args(
     limit: int | None = None,
     items: Path | None = None,
 ) -> tuple[str, ...]:
-    args = [
-        f"--rootdir={submission.dir}",
-        "--haico-profile",
-        submission.profile,
-        "--haico-results",
-        str(submission.results),
-        "--haico-campaign",
-        submission.campaign,
-        "--haico-experiments",
-        str(submission.experiments),
-    ]
-    if submission.cluster_env is not None:
-        args += ["--haico-cluster-env", str(submission.cluster_env)]
-    args += ["--haico-arm", arm, "--haico-stratum", stratum]
-    if limit is not None:
-        args += ["--haico-limit-per-stratum", str(limit)]
-    if items is not None:
-        args += ["--haico-items", str(items)]
-    return (*args, str(submission.experiments))
+    """A job's pytest arguments: the frozen copy's configuration file and rootdir explicit,
+    and each option's value in the option's own word (``--haico-results=DIR``). pytest
+    looks for its rootdir and configuration before plugins load, so it would take a value
+    in the next word for a test path, and from there find the project's live pytest.ini."""
+    ini_file = submission.dir / str(submission.manifest.get("ini_file") or "pytest.ini")
+    options: dict[str, object] = {
+        "--config-file": ini_file,
+        "--rootdir": submission.dir,
+        "--haico-profile": submission.profile,
+        "--haico-results": submission.results,
+        "--haico-campaign": submission.campaign,
+        "--haico-experiments": submission.experiments,
+        "--haico-cluster-env": submission.cluster_env,
+        "--haico-arm": arm,
+        "--haico-stratum": stratum,
+        "--haico-limit-per-stratum": limit,
+        "--haico-items": items,
+    }
+    words = [f"{flag}={value}" for flag, value in options.items() if value is not None]
+    return (*words, str(submission.experiments))
+
+
+def _option_value(plan: PlannedJob, flag: str) -> str | None:
+    """The value `plan` passes `flag`, as ``--flag=value`` or (journals written before the
+    jobs' arguments took that form) as ``--flag value``."""
+    args = list(plan.pytest_args)
+    for index, arg in enumerate(args):
+        if arg.startswith(f"{flag}="):
+            return arg.removeprefix(f"{flag}=")
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+    return None
 
 
 def log_of(submission: Submission, plan: PlannedJob, job_id: str, task: int) -> Path:
@@ -125,14 +138,13 @@ def _log_name(plan: PlannedJob, job_id: str, task: str) -> str:
 
 
 def plan_items_file(plan: PlannedJob) -> Path | None:
-    args = list(plan.pytest_args)
-    return Path(args[args.index("--haico-items") + 1]) if "--haico-items" in args else None
+    value = _option_value(plan, "--haico-items")
+    return Path(value) if value is not None else None
 
 
 def limit_of(plan: PlannedJob) -> int | None:
-    args = list(plan.pytest_args)
-    flag = "--haico-limit-per-stratum"
-    return int(args[args.index(flag) + 1]) if flag in args else None
+    value = _option_value(plan, "--haico-limit-per-stratum")
+    return int(value) if value is not None else None
 
 
 def job_name(submission: Submission, stage: str, arm: str, stratum: str) -> str:

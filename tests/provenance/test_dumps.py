@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -9,8 +11,10 @@ import psycopg
 import pytest
 
 from pytest_haico.errors import DumpError
+from pytest_haico.procfs import is_alive
 from pytest_haico.provenance.dumps import DatabaseDumps
 from pytest_haico.stack import Orchestrator, PostgresService
+from pytest_haico.stack.service import Command
 from tests.polling import wait_for
 
 
@@ -81,3 +85,49 @@ def test_a_failed_dump_raises_a_redacted_error_and_leaves_no_partial_file(
         dumps.dump("final")
     assert not any(secret in str(raised.value) for secret in postgres.secrets)
     assert list((tmp_path / "dumps").iterdir()) == []
+
+
+def _wrapped(postgres: PostgresService, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """pg_dump's command run by `sh -c script PARTIAL ARGV...` (the dump's own argv last)."""
+    dump_command = postgres.dump_command
+
+    def wrapped(path: Path) -> Command:
+        command = dump_command(path)
+        argv = ["sh", "-c", script, "sh", str(path), *command.argv]
+        return Command(argv=argv, env=command.env, user=command.user, cwd=command.cwd)
+
+    monkeypatch.setattr(postgres, "dump_command", wrapped)
+
+
+def test_the_partial_file_has_the_results_mode_before_pg_dump_writes_it(
+    seeded: PostgresService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = tmp_path / "mode"
+    _wrapped(seeded, monkeypatch, f'stat -c %a "$1" > {seen}; shift; exec "$@"')
+    monkeypatch.setattr(os, "umask", os.umask)  # restored after the test
+    os.umask(0o022)  # pg_dump's own file would be 0644
+    path = DatabaseDumps(seeded, tmp_path / "dumps", interval_s=0, file_mode=0o640).dump("final")
+    assert seen.read_text().strip() == "640"
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_dump_interrupted_while_it_runs_leaves_no_partial_file_and_no_pg_dump(
+    seeded: PostgresService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid_file = tmp_path / "pid"
+    # As pg_dump does: the output file first, then the (long) work.
+    _wrapped(seeded, monkeypatch, f': > "$1"; echo $$ > {pid_file}; exec sleep 60')
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(KeyboardInterrupt):
+            DatabaseDumps(seeded, tmp_path / "dumps", interval_s=0).dump("final")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert list((tmp_path / "dumps").iterdir()) == []
+    assert not is_alive(int(pid_file.read_text()))
