@@ -1,0 +1,395 @@
+"""The chaos benchmark: a campaign on a private single-node Slurm, random faults injected
+into its jobs, finished by `haico continue --until-done` alone.
+
+Run (as root, where Slurm is installed; see .ci/run):
+    .venv/bin/python benchmarks/chaos.py [--arms 3] [--items 50] [--seed 4] [--every 15-25]
+
+It starts munged, slurmctld and slurmd in a private directory (tests/slurm/cluster.py, the
+Slurm tests' cluster: imported, not copied, as the editable install puts the repository on
+sys.path; `--cluster DIR` uses one that runs already), writes a project of `--arms` arms
+(the stand-in model and backend, the local profile inside each job) over `--items` scripts
+of `--turns` turns each, runs `haico submit chaos --stage smoke` and `--stage full`, and
+starts `haico continue chaos --until-done --every 1 --include-cancelled` once, as a user
+would. While jobs run, every 15-25 s (seeded) one running task gets one fault: `scancel`,
+`scancel --signal=USR1 --batch`, a TERM, USR1 or SIGKILL of its pytest, or its time limit
+cut to now (`scontrol update EndTime=`: the TIMEOUT a walltime too short for the work
+gives; a walltime merely short is no TIMEOUT, as the job's USR1 300 s ahead, its drain and
+the walltime gate end it 75 first). No other command is run for the campaign. It stops when
+the loop ends, or at `--bound` minutes (then the loop is stopped and the jobs cancelled).
+
+It prints the items with exactly one terminal record, lost and duplicated items, the share
+of conversation time redone (formula printed), jobs, rounds, every task's end state, the
+services left behind and the human commands needed beyond submit and the loop (0, or the
+loop did not finish by itself). Exit 0 when all of those hold, 1 otherwise; `--json FILE`
+writes the figures for tests/slurm/test_chaos.py, which runs a small version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from chaos_faults import Fault, JobWatch, inject
+from chaos_project import CAMPAIGN, write_project
+
+from pytest_haico import Verdict
+from pytest_haico.procfs import is_alive
+from tests.slurm.cluster import SlurmCluster, missing_requirements
+
+# The exit statuses a job may end with (README "Batch jobs"), with no signal.
+JOB_EXITS = {0, 75, 78, 4}
+POLL_S = 2.0
+SERVICES_GONE_S = 10.0  # after the last job ended, what may still be exiting
+
+
+@dataclass
+class Summary:
+    """What the benchmark found; `ok` when the campaign finished as it must."""
+
+    items: int
+    terminal_once: int
+    lost: int
+    duplicated: int
+    redone_s: float
+    recorded_s: float
+    jobs: int
+    tasks: int
+    rounds: int
+    loop_exit: int | None
+    human_commands: int
+    ends: dict[str, str]
+    bad_ends: list[str]
+    services_left: list[str]
+    faults: dict[str, int]
+    skipped_faults: int
+    elapsed_s: float
+    unreadable_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def redone_share(self) -> float:
+        return self.redone_s / self.recorded_s if self.recorded_s else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.lost == 0
+            and self.duplicated == 0
+            and not self.bad_ends
+            and not self.services_left
+            and self.human_commands == 0
+        )
+
+
+def haico_env(cluster: SlurmCluster) -> dict[str, str]:
+    """This environment pointed at the cluster, without a job's Slurm variables or haico's
+    settings (a benchmark started inside a job must not hand its own on)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "PYTEST_HAICO_")) and k != "CLUSTER_WORK"
+    }
+    return {**env, **cluster.env}
+
+
+def haico(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_haico", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def run(options: argparse.Namespace, cluster: SlurmCluster, root: Path) -> Summary:
+    began = time.monotonic()
+    write_project(
+        root,
+        arms=options.arms,
+        items=options.items,
+        turns=options.turns,
+        latency_ms=options.latency_ms,
+        concurrency=options.concurrency,
+        time_limit=options.time,
+    )
+    env = haico_env(cluster)
+    for stage in ("smoke", "full"):
+        extra = ("--tasks", str(options.tasks)) if stage == "full" else ()
+        submitted = haico(root, env, "submit", CAMPAIGN, "--stage", stage, *extra)
+        print(submitted.stdout, end="")
+        if submitted.returncode != 0:
+            raise SystemExit(
+                f"haico submit --stage {stage}: exit {submitted.returncode}\n" + submitted.stderr
+            )
+    loop_log = root / "until-done.log"
+    with open(loop_log, "wb") as out:
+        loop = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest_haico",
+                "continue",
+                CAMPAIGN,
+                "--until-done",
+                "--every",
+                "1",
+                "--include-cancelled",
+            ],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    watch = JobWatch(cluster, prefix=f"haico.{CAMPAIGN}.")
+    faults: list[Fault] = []
+    notes: list[str] = []
+    try:
+        _inject_until_done(
+            loop, cluster, watch, options, faults=faults, notes=notes, began=began, log=root
+        )
+    finally:
+        if loop.poll() is None:  # an error of the benchmark's own, or the bound
+            os.killpg(loop.pid, signal.SIGTERM)
+            loop.wait()
+        watch.poll()
+        leftover = watch.busy()
+        if leftover:
+            notes.append(f"cancelled {len(leftover)} task(s) still queued when the loop ended")
+            cluster.run("scancel", *leftover)
+        watch.wait_ended(timeout=180.0)
+    loop_exit = loop.returncode
+    loop_text = loop_log.read_text(errors="replace")
+    print("--- haico continue --until-done (last 15 lines) ---")
+    print("\n".join(loop_text.splitlines()[-15:]))
+    return summarize(
+        root,
+        cluster,
+        watch=watch,
+        options=options,
+        loop_text=loop_text,
+        loop_exit=loop_exit,
+        faults=faults,
+        notes=notes,
+        elapsed_s=time.monotonic() - began,
+    )
+
+
+def _inject_until_done(
+    loop: subprocess.Popen[bytes],
+    cluster: SlurmCluster,
+    watch: JobWatch,
+    options: argparse.Namespace,
+    *,
+    faults: list[Fault],
+    notes: list[str],
+    began: float,
+    log: Path,
+) -> None:
+    """A fault every `options.every` seconds (seeded) until the loop ends or the bound."""
+    rng = random.Random(options.seed)
+    low, high = options.every
+    deadline = began + options.bound * 60
+    next_fault = time.monotonic() + rng.uniform(low, high)
+    while loop.poll() is None:
+        if time.monotonic() > deadline:
+            notes.append(f"the bound ({options.bound:g} min) stopped the loop")
+            return
+        watch.poll()
+        if time.monotonic() >= next_fault:
+            fault = inject(cluster, watch, rng, at_s=time.monotonic() - began)
+            faults.append(fault)
+            print(f"fault {len(faults)}: {fault.line()}", flush=True)
+            with open(log / "faults.jsonl", "a") as out:
+                out.write(json.dumps(asdict(fault)) + "\n")
+            next_fault = time.monotonic() + rng.uniform(low, high)
+        time.sleep(POLL_S)
+
+
+def summarize(
+    root: Path,
+    cluster: SlurmCluster,
+    *,
+    watch: JobWatch,
+    options: argparse.Namespace,
+    loop_text: str,
+    loop_exit: int | None,
+    faults: list[Fault],
+    notes: list[str],
+    elapsed_s: float,
+) -> Summary:
+    terminal: Counter[tuple[str, str]] = Counter()
+    redone = recorded = 0.0
+    unreadable = 0
+    for ledger in sorted((root / "results" / CAMPAIGN).glob("*/ledger/*.jsonl")):
+        for line in ledger.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                unreadable += 1  # a line torn by a kill: the tool's readers skip it too
+                continue
+            recorded += record["duration_s"]
+            if Verdict(record["verdict"]).is_terminal:
+                terminal[record["arm"], record["item_id"]] += 1
+            else:
+                redone += record["duration_s"]
+    items = options.arms * options.items
+    ends = watch.ends()
+    bad = [f"{task} {end}" for task, end in ends.items() if not _allowed(end)]
+    stopped = sum(
+        line.startswith("haico: until-done: stopped at") for line in loop_text.splitlines()
+    )
+    # A loop that did not finish by itself leaves at least one command to a person.
+    human = 0 if loop_exit == 0 else max(stopped, 1)
+    return Summary(
+        items=items,
+        terminal_once=sum(1 for n in terminal.values() if n == 1),
+        lost=items - len(terminal),
+        duplicated=sum(1 for n in terminal.values() if n > 1),
+        redone_s=redone,
+        recorded_s=recorded,
+        jobs=len({task.partition("_")[0] for task in ends}),
+        tasks=len(ends),
+        rounds=sum(line.startswith("haico: round ") for line in loop_text.splitlines()),
+        loop_exit=loop_exit,
+        human_commands=human,
+        ends=ends,
+        bad_ends=bad,
+        services_left=services_left(root, cluster, watch),
+        faults=dict(Counter(f.kind for f in faults if f.hit)),
+        skipped_faults=sum(1 for f in faults if not f.hit),
+        elapsed_s=elapsed_s,
+        unreadable_lines=unreadable,
+        notes=notes,
+    )
+
+
+def _allowed(end: str) -> bool:
+    """``FAILED 75:0`` ends well; ``FAILED 137:0`` or ``CANCELLED 0:9`` does not."""
+    status, _, sig = end.partition(" ")[2].partition(":")
+    return status.isdigit() and int(status) in JOB_EXITS and sig == "0"
+
+
+def services_left(root: Path, cluster: SlurmCluster, watch: JobWatch) -> list[str]:
+    """Processes of the campaign's jobs still alive (a bounded wait for the last to exit):
+    by their job's environment, and the services every run registered."""
+    deadline = time.monotonic() + SERVICES_GONE_S
+    while True:
+        alive = [p for job in watch.job_ids() for p in cluster.processes_of_job(job)]
+        for registry in (root / "results" / CAMPAIGN).glob("*/runs/*/services.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                for service in json.loads(registry.read_text())["services"]:
+                    if service["pid"] and is_alive(service["pid"], service.get("start_time")):
+                        alive.append(f"{service['pid']}: {service.get('name')} of {registry}")
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.5)
+
+
+def report(summary: Summary, faults_path: Path) -> None:
+    s = summary
+    print("=== chaos benchmark ===")
+    print(
+        f"items: {s.items}; with exactly one terminal record: {s.terminal_once}; "
+        f"lost: {s.lost}; duplicated: {s.duplicated}"
+    )
+    print(
+        f"conversation time redone: {s.redone_share:.1%} = {s.redone_s:.0f} s / "
+        f"{s.recorded_s:.0f} s (sum of duration_s of the non-terminal attempts: interrupted, "
+        "infra_error, rate_limited / sum of duration_s of every recorded attempt; an attempt "
+        "that a kill -9 cut leaves no record and is not in either sum)"
+    )
+    print(
+        f"jobs: {s.jobs} ({s.tasks} tasks); rounds of --until-done: {s.rounds}; "
+        f"its exit: {s.loop_exit}"
+    )
+    by_end = Counter(end for end in s.ends.values())
+    print("end states: " + ", ".join(f"{end} x{n}" for end, n in sorted(by_end.items())))
+    print("every task: " + ", ".join(f"{task} {end}" for task, end in s.ends.items()))
+    print(f"ends outside 0/75/78/4: {s.bad_ends or 'none'}")
+    print(f"services left behind: {s.services_left or 'none'}")
+    print(
+        f"faults injected: {sum(s.faults.values())} "
+        f"({', '.join(f'{k} x{n}' for k, n in sorted(s.faults.items()))}); "
+        f"skipped (no running task or pytest): {s.skipped_faults}; log {faults_path}"
+    )
+    if s.unreadable_lines:
+        print(f"ledger lines unreadable (torn by a kill): {s.unreadable_lines}")
+    for note in s.notes:
+        print(f"note: {note}")
+    print(f"human commands needed beyond submit and the loop: {s.human_commands}")
+    print(f"({s.elapsed_s / 60:.1f} min in all): {'ok' if s.ok else 'NOT ok'}")
+
+
+def _interval(text: str) -> tuple[float, float]:
+    low, _, high = text.partition("-")
+    pair = (float(low), float(high or low))
+    if not 0 < pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an interval such as 15-25")
+    return pair
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", type=int, default=3)
+    parser.add_argument("--items", type=int, default=50, help="scripts, each run on every arm")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--latency-ms", type=int, default=2000, help="per stand-in completion")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=1, help="array tasks of the full stage")
+    parser.add_argument("--time", default="00:08:00", help="the arms' walltime")
+    parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--every", type=_interval, default=(15.0, 25.0), help="seconds, 15-25")
+    parser.add_argument("--bound", type=float, default=60.0, help="minutes until it gives up")
+    parser.add_argument("--cluster", type=Path, help="a running private cluster's directory")
+    parser.add_argument("--keep", type=Path, help="write the project here and keep it")
+    parser.add_argument("--json", type=Path, help="write the figures to this file")
+    options = parser.parse_args()
+    # A TERM (a timeout's, a user's) unwinds like an error: the cluster is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    reason = missing_requirements()
+    if reason is not None:
+        raise SystemExit(f"no real Slurm here: {reason}")
+    with contextlib.ExitStack() as stack:
+        if options.cluster is None:
+            base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="haico-chaos-")))
+            cluster = SlurmCluster(base / "cluster")
+            cluster.start()
+            stack.callback(cluster.stop)
+        else:
+            cluster = SlurmCluster(options.cluster)
+        root = options.keep or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="haico-chaos-project-"))
+        )
+        summary = run(options, cluster, root)
+        report(summary, root / "faults.jsonl")
+        if options.json is not None:
+            options.json.write_text(
+                json.dumps(
+                    {**asdict(summary), "ok": summary.ok, "redone_share": summary.redone_share}
+                )
+            )
+        if options.keep is None and not summary.ok:
+            kept = Path(tempfile.mkdtemp(prefix="haico-chaos-kept-"))
+            shutil.copytree(root, kept, symlinks=True, dirs_exist_ok=True)
+            print(f"the project is kept in {kept}")
+    sys.exit(0 if summary.ok else 1)
+
+
+if __name__ == "__main__":
+    main()
