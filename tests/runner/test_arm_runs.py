@@ -48,6 +48,7 @@ def test_a_failed_arm_fails_every_later_use_with_the_same_error_and_no_restart(
                 backend_cmd=None,
                 backend_image=None,
                 model_endpoint=None,
+                model=None,
             ),
         ),
         {"demo": Arm(name="demo"), "other": Arm(name="other")},
