@@ -52,7 +52,8 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--max-rounds",
         type=arguments.positive_int,
         default=DEFAULT_MAX_ROUNDS,
-        help="stop a share after this many attempts in a row that recorded no item "
+        help="stop a share after this many attempts in a row that had their chance (their "
+        "walltime, or their stack up) and recorded no item "
         f"(default {DEFAULT_MAX_ROUNDS})",
     )
     cont.add_argument(

@@ -12,6 +12,9 @@ from pytest_haico.slurm.records import TaskState
 # The walltime gate's name (gates.static.WALLTIME; a test pins that they agree). Its refusal
 # is a cost shortfall (less time left than an item costs), not a change of meaning.
 WALLTIME_GATE = "walltime"
+# The last gate before the items (runner.stack_gates, pinned by a test): a run that passed it
+# had its stack up and answering, and went on to its conversations.
+LAST_GATE = "canary_turn"
 DEFAULT_MAX_ROUNDS = 5
 # End states in which the infrastructure cut the job short, whatever its exit code.
 _INFRA_STATES = {
@@ -48,6 +51,32 @@ class GateFailure:
 
 
 @dataclass(frozen=True)
+class RunGates:
+    """What an attempt's newest gates.json says: its failed gate, and the gates it passed."""
+
+    failure: GateFailure | None
+    passed: frozenset[str] = frozenset()
+
+    @property
+    def reached_items(self) -> bool:
+        return LAST_GATE in self.passed
+
+
+def had_its_chance(end: TaskState | None, gates: RunGates | None) -> bool:
+    """Whether an attempt that recorded nothing terminal counts against its share's
+    `--max-rounds`: it ran out of its own walltime, the walltime gate refused it (its
+    allocation was shorter than an item), or it reached its conversations and finished none.
+    One cut short before that (a signal, an scancel, a preemption or a node failure while
+    its stack started, or Slurm never started it) says nothing of the share itself."""
+    if end is not None and end.state == "TIMEOUT":
+        return True
+    if gates is None:
+        return False
+    failure = gates.failure
+    return gates.reached_items or (failure is not None and failure.name == WALLTIME_GATE)
+
+
+@dataclass(frozen=True)
 class Dependency:
     """Why a share never started: Slurm cancelled it because a job it waited for failed.
     `done`: the shares of that job are done now; `detail` says which they are."""
@@ -62,7 +91,9 @@ class Evidence:
 
     end: TaskState | None  # None: Slurm no longer knows the task
     owed: int  # items of its frozen selection without a terminal record
-    stalled: int = 0  # attempts in a row, this one included, that recorded nothing terminal
+    # attempts in a row, this one included, that had their chance and recorded nothing
+    # terminal (`had_its_chance`)
+    stalled: int = 0
     gate: GateFailure | None = None  # the failed gate of its newest run, when it exited 78
     dependency: Dependency | None = None
     log: str = ""  # the job's log, for the reasons that send the user to it
@@ -176,7 +207,8 @@ def _rerun(why: str, evidence: Evidence, rules: Rules) -> Decision:
     if evidence.stalled >= rules.max_rounds:
         return Decision(
             Action.STOP,
-            f"{why}, but its last {evidence.stalled} attempts in a row recorded no item "
+            f"{why}, but its last {evidence.stalled} attempts in a row that had their chance "
+            "(their walltime, or their stack up) recorded no item "
             f"(--max-rounds {rules.max_rounds}): read its log {evidence.log}; a larger "
             "--max-rounds reruns it",
         )

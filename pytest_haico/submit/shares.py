@@ -2,7 +2,8 @@
 (arm × stratum × task over the frozen selection: the shard, the per-stratum limit or the
 items file); a share that a submitted continuation runs again is history, its newest attempt
 is the continuation's task. Per share: its items, those the ledgers say it still owes, how
-its newest attempt ended, and how many attempts in a row recorded nothing."""
+its newest attempt ended, and how many attempts in a row had their chance and recorded
+nothing."""
 
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.rundir import ArmPaths, job_key_of, runs_of
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.slurm.records import TaskState
-from pytest_haico.submit.decisions import Dependency, Evidence, GateFailure
+from pytest_haico.submit.decisions import (
+    Dependency,
+    Evidence,
+    GateFailure,
+    RunGates,
+    had_its_chance,
+)
 from pytest_haico.submit.inputs import Submission
 from pytest_haico.submit.jobs import Say, limit_of, log_of, plan_items_file
 from pytest_haico.submit.journal import JournaledJob, PlannedJob
@@ -222,14 +229,18 @@ class _Survey:
 
     def depth(self, attempt: Attempt) -> tuple[int, int]:
         """The attempt's round (1: the share's first attempt), and how many attempts in a
-        row, ending with this one, recorded nothing terminal."""
+        row, ending with this one, had their chance and recorded nothing terminal."""
         if attempt not in self.depths:
             self.depths[attempt] = (1, 0)  # a cycle in a damaged journal ends here
             job = self.jobs[attempt[0]]
-            fruitful = self.ledger(job.plan.arm).terminal[f"{job.job_id}_{attempt[1]}"] > 0
+            key = f"{job.job_id}_{attempt[1]}"
+            arm = self.ledger(job.plan.arm)
+            fruitful = arm.terminal[key] > 0
             parents = [self.depth(p) for p in self.lineage.parents(attempt) if p[0] in self.jobs]
             rounds = 1 + max((r for r, _ in parents), default=0)
-            stalled = 0 if fruitful else 1 + max((s for _, s in parents), default=0)
+            before = max((s for _, s in parents), default=0)
+            counted = had_its_chance(end_of(job, attempt[1]), arm.gates(key))
+            stalled = 0 if fruitful else before + int(counted)
             self.depths[attempt] = (rounds, stalled)
         return self.depths[attempt]
 
@@ -282,9 +293,9 @@ class _ArmLedger:
                 self.terminal[key] += 1
             yield record
 
-    def failed_gate(self, key: str) -> GateFailure | None:
-        """The failed gate in the gates.json of job part `key`'s newest run; None when it
-        has none, or none failed."""
+    def gates(self, key: str) -> RunGates | None:
+        """What the gates.json of job part `key`'s newest run that has one says; None when
+        none has one, or it is not this user's own readable file."""
         for run in reversed(runs_of(self.paths, key)):
             try:
                 document = json.loads(read_owned_file(run / "gates.json"))
@@ -292,18 +303,24 @@ class _ArmLedger:
                 continue
             except (UntrustedFileError, OSError, ValueError):
                 return None  # the decision then names the job's log instead
-            failed = [
-                gate
-                for gate in document.get("gates", ())
-                if isinstance(gate, dict) and gate.get("passed") is False
-            ]
-            if not failed:
-                return None
-            gate = failed[0]
-            return GateFailure(
-                str(gate.get("name", "?")), str(gate.get("detail", "")), str(gate.get("fix", ""))
-            )
+            gates = [g for g in document.get("gates", ()) if isinstance(g, dict)]
+            failed = next((g for g in gates if g.get("passed") is False), None)
+            failure = None
+            if failed is not None:
+                failure = GateFailure(
+                    str(failed.get("name", "?")),
+                    str(failed.get("detail", "")),
+                    str(failed.get("fix", "")),
+                )
+            names = frozenset(str(g.get("name")) for g in gates if g.get("passed") is True)
+            return RunGates(failure, passed=names)
         return None
+
+    def failed_gate(self, key: str) -> GateFailure | None:
+        """The failed gate of job part `key`'s newest run with a gates.json; None when it has
+        none, or none failed."""
+        gates = self.gates(key)
+        return None if gates is None else gates.failure
 
 
 def items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[ItemSpec]:

@@ -238,11 +238,44 @@ def test_a_share_that_records_nothing_max_rounds_times_in_a_row_stops_and_progre
         stopped.stdout,
         [
             "*continue-3 demo.long task 1 (job *_1): TIMEOUT 0:0, 1 of 2 items owed (1 without "
-            "a record): terminal: out of walltime, but its last 2 attempts in a row recorded no "
-            "item (--max-rounds 2): read its log *; a larger --max-rounds reruns it"
+            "a record): terminal: out of walltime, but its last 2 attempts in a row that had "
+            "their chance (their walltime, or their stack up) recorded no item "
+            "(--max-rounds 2): read its log *; a larger --max-rounds reruns it"
         ],
     )
     assert campaign.slurm.named(".continue-4.") == []
+
+
+def test_attempts_cut_short_before_their_items_do_not_count_against_max_rounds(
+    campaign: Campaign,
+) -> None:
+    # Each attempt is killed (TERM, USR1, kill -9: exit 75) while its stack starts, before
+    # its gates passed: the fault is outside the share, which keeps being rerun.
+    campaign.slurm.end(campaign.smoke_long(), 1, "FAILED", "75:0")
+    rounds = ("--max-rounds", "2")
+    for n in range(1, 4):
+        assert campaign.haico("continue", "demo", *rounds).returncode == 0
+        [rerun] = campaign.slurm.named(f".continue-{n}.")
+        if n == 1:
+            campaign.gates(f".continue-{n}.demo.long", 1, ["one_node", "walltime"])
+        campaign.slurm.end(rerun, 1, "FAILED", "75:0")
+    # Attempts that reached their conversations and finished none do count.
+    for n in (4, 5):
+        again = campaign.haico("continue", "demo", *rounds)
+        assert again.returncode == 0, again.stdout
+        [rerun] = campaign.slurm.named(f".continue-{n}.")
+        campaign.gates(f".continue-{n}.demo.long", 1, ["one_node", "canary_turn"])
+        campaign.slurm.end(rerun, 1, "FAILED", "75:0")
+    stopped = campaign.haico("continue", "demo", *rounds)
+    assert stopped.returncode == 1
+    matches(
+        stopped.stdout,
+        [
+            "*continue-5 demo.long task 1 *: FAILED 75:0, *: terminal: exit 75: drained, or "
+            "items owed a retry, but its last 2 attempts in a row that had their chance "
+            "(their walltime, or their stack up) recorded no item (--max-rounds 2)*"
+        ],
+    )
 
 
 def test_a_full_stage_slurm_cancelled_for_a_failed_smoke_task_reruns_once_smoke_is_done(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_haico.gates.backend import CANARY_TURN
 from pytest_haico.gates.static import WALLTIME
 from pytest_haico.slurm.records import TaskState
 from pytest_haico.submit.decisions import (
+    LAST_GATE,
     WALLTIME_GATE,
     Action,
     Decision,
@@ -15,7 +17,9 @@ from pytest_haico.submit.decisions import (
     Evidence,
     GateFailure,
     Rules,
+    RunGates,
     decide,
+    had_its_chance,
 )
 
 RULES = Rules()
@@ -113,9 +117,33 @@ def test_a_share_that_owes_nothing_is_done_however_it_ended(end: str) -> None:
     assert _decide(end, owed=0) == (Action.DONE, "done")
 
 
-def test_a_share_stops_after_max_rounds_attempts_in_a_row_without_a_record() -> None:
+def test_a_share_stops_after_max_rounds_attempts_in_a_row_that_had_their_chance() -> None:
     assert _decide("TIMEOUT 0:0", stalled=4)[0] is Action.RERUN
     action, why = _decide("TIMEOUT 0:0", stalled=5)
     assert action is Action.STOP
-    assert why.startswith("out of walltime, but its last 5 attempts in a row recorded no item")
+    assert why.startswith(
+        "out of walltime, but its last 5 attempts in a row that had their chance (their "
+        "walltime, or their stack up) recorded no item"
+    )
     assert "--max-rounds 5" in why
+
+
+@pytest.mark.parametrize(
+    ("end", "gates", "counts"),
+    [
+        ("TIMEOUT 0:0", None, True),  # its own walltime ran out, however far it got
+        ("FAILED 75:0", RunGates(None, frozenset({"one_node", LAST_GATE})), True),
+        ("FAILED 78:0", RunGates(GateFailure(WALLTIME, "1 min left", "")), True),
+        ("FAILED 75:0", None, False),  # killed before its first gate
+        ("FAILED 75:0", RunGates(None, frozenset({"one_node", "walltime"})), False),
+        ("FAILED 0:9", RunGates(None, frozenset({"one_node"})), False),
+        ("PREEMPTED 0:0", None, False),
+        ("CANCELLED 0:0", None, False),  # Slurm cancelled it before it started
+    ],
+)
+def test_only_attempts_that_had_their_chance_count_against_max_rounds(
+    end: str, gates: RunGates | None, counts: bool
+) -> None:
+    assert LAST_GATE == CANARY_TURN
+    word, _, code = end.partition(" ")
+    assert had_its_chance(TaskState(word, code), gates) is counts
