@@ -42,6 +42,10 @@ logger = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 _LIBPQ_REQUIRE_AUTH = 160000  # libpq learnt `require_auth` in 16
 ENV_FILE = "postgres.env"  # in the run directory, for a launcher
+# A probe is retried, so it may give up soon; the setup after a probe answered is not, and
+# on a loaded shared node a new backend's fork and scram exchange took over 2 s.
+PROBE_CONNECT_S = 2
+SETUP_CONNECT_S = 30
 # The environment of every program run through a launcher: no secret (dumps use the socket).
 _IMAGE_ENV = {"LC_ALL": "C", "PGCONNECT_TIMEOUT": "10"}
 
@@ -293,20 +297,20 @@ class PostgresService:
         }
         return Command(argv=argv, env=env)
 
-    def _socket_connect(self, port: int) -> psycopg.Connection[TupleRow]:
+    def _socket_connect(self, port: int, *, timeout: int) -> psycopg.Connection[TupleRow]:
         return psycopg.connect(
             host=str(self.socket_dir),
             port=port,
             user=SUPERUSER,
             dbname=DATABASE,
-            connect_timeout=2,
+            connect_timeout=timeout,
             autocommit=True,
         )
 
     def probe(self, port: int) -> bool:
         """Accepts a connection on our private socket (which no co-tenant can answer)."""
         try:
-            with self._socket_connect(port) as conn:
+            with self._socket_connect(port, timeout=PROBE_CONNECT_S) as conn:
                 conn.execute("SELECT 1")
         except psycopg.Error:
             return False
@@ -314,7 +318,7 @@ class PostgresService:
 
     def on_healthy(self, port: int) -> None:
         """Set this run's passwords, then prove the TCP path with one."""
-        with self._socket_connect(port) as conn:
+        with self._socket_connect(port, timeout=SETUP_CONNECT_S) as conn:
             for role, password in (
                 (SUPERUSER, self._password),
                 (READONLY_ROLE, self._readonly_password),
@@ -328,7 +332,7 @@ class PostgresService:
                         sql.Identifier(role), sql.Literal(verifier.decode())
                     )
                 )
-        with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+        with psycopg.connect(self.dsn, connect_timeout=SETUP_CONNECT_S) as conn:
             conn.execute("SELECT 1")
 
     def cleanup(self) -> None:

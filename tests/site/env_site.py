@@ -19,7 +19,7 @@ from pytest_haico.site.venv import MARKER
 
 REPO = Path(__file__).resolve().parents[2]
 SHIMS = REPO / "tests" / "cluster" / "shims"
-TOKEN = "ghp_haico-test-registry-token-0815"
+TOKEN = "haico-test-registry-token-0815"  # made up: no real token, no scanner pattern
 POSTGRES_IMAGE = f"docker://postgres@sha256:{'a' * 64}"
 BACKEND_IMAGE = f"docker://ghcr.io/example/haico-backend@sha256:{'b' * 64}"
 FAKE_VLLM_VERSION = "0.0.1"
