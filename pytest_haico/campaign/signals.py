@@ -168,8 +168,8 @@ class SessionSignals:
         if first:
             self._say(f"{reason}: what is in flight is recorded interrupted now; no final dump")
         self.sessions.terminate(reason)
-        if first and not self.sessions.tearing_down:
-            self._interrupt(TerminatedError(reason))
+        if first and not self.sessions.tearing_down and not self.interrupted:
+            self._interrupt(TerminatedError(reason))  # after a Ctrl-C the session is ending
 
 
 def keep_crash_entry(error: BaseException) -> None:
