@@ -126,8 +126,9 @@ class CampaignPlugin:
         if note is not None and not self.settings.arms:
             self.selection.notes.append(f"haico: {note}")
         try:
+            listing = bool(config.option.collectonly)
             keep, deselected = self.selector.select(
-                items, specs, claim=not config.option.collectonly
+                items, specs, claim=not listing, listing=listing
             )
         except ResultsError as exc:  # before anything starts
             raise pytest.UsageError(f"haico: {exc}") from None
@@ -299,6 +300,10 @@ class CampaignPlugin:
         return self.recorder.paths(arm).transcript(state.spec.item_id, run_id, state.attempt)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.selection.all_done and not self.settings.gates_only:
+            terminalreporter.section("haico")
+            terminalreporter.write_line(self.selection.all_done_line(self.settings))
+            return
         write_summary(
             terminalreporter,
             self.recorder,
@@ -313,13 +318,17 @@ class CampaignPlugin:
         # recorded interrupted here, at once: whatever stopped the session early wants it now.
         self.sessions.stop_all()
         self.recorder.close()
-        session.exitstatus = exit_status(
+        status = exit_status(
             int(exitstatus),
             mode=self.settings.exit_mode,
             recorder=self.recorder,
             sessions=self.sessions,
             interrupted=self.interrupted,
         )
+        if status == pytest.ExitCode.NO_TESTS_COLLECTED and self.selection.all_done:
+            # Every selected item is done: a finished campaign, not an empty selection.
+            status = pytest.ExitCode.OK
+        session.exitstatus = status
 
 
 def _asks_for_campaign(items: list[pytest.Item]) -> bool:

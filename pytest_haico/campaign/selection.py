@@ -12,7 +12,7 @@ from pytest_haico.config.items import ItemSpec, first_per_stratum, in_shard
 from pytest_haico.config.settings import Settings
 from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
-from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.ledger.resume import Prior, ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.skips import is_skipped_by_marks
 
@@ -37,6 +37,21 @@ class Selection:
     # Arm -> its items in this run's scope (arm, stratum, shard, limit), done ones included.
     in_scope: dict[str, list[ItemSpec]] = field(default_factory=dict)
     gated: int = 0  # --haico-gates-only: the items deselected
+    # --collect-only: each campaign item kept, with its ledger state (done ones included).
+    states: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def all_done(self) -> bool:
+        """Every item in scope is done in the ledger: this run has nothing to do."""
+        return self.done > 0 and not self.to_run and not self.skipped_by_marks
+
+    def all_done_line(self, settings: Settings) -> str:
+        """The summary of a run that found every selected item done."""
+        in_scope = sum(len(specs) for specs in self.in_scope.values())
+        return (
+            f"campaign {settings.campaign}: {self.done} of {in_scope} done, results in "
+            f"{settings.results / settings.campaign}"
+        )
 
     def status_lines(self, settings: Settings) -> list[str]:
         """The lines pytest prints after collection: ledger warnings, the status, notes."""
@@ -80,6 +95,8 @@ class Selection:
         if extras:
             status += "; " + "; ".join(extras)
         lines.append(status)
+        width = max((len(state) for _, state in self.states), default=0)
+        lines += [f"haico: {state:<{width}}  {test_id}" for test_id, state in self.states]
         return [*lines, *self.notes]
 
 
@@ -92,11 +109,18 @@ class Selector:
         self.selection = selection
 
     def select(
-        self, items: list[pytest.Item], specs: dict[str, ItemSpec], *, claim: bool
+        self,
+        items: list[pytest.Item],
+        specs: dict[str, ItemSpec],
+        *,
+        claim: bool,
+        listing: bool = False,
     ) -> tuple[list[pytest.Item], list[pytest.Item]]:
         """(kept, deselected); kept campaign items carry their `ItemAttempt` in the stash.
 
-        With `claim`, each arm's shares are claimed before its ledger is read.
+        With `claim`, each arm's shares are claimed before its ledger is read. With
+        `listing` (--collect-only), done items are kept too, and every item's ledger state
+        goes into the selection's `states`.
         """
         candidates, deselected = self._in_scope(items, specs)
         for item in candidates:
@@ -117,9 +141,12 @@ class Selector:
                 continue
             index = indexes.get(spec.arm.name)
             prior = index.get(spec.item_id) if index is not None else None
+            if listing:
+                state = ledger_state(prior) if self.settings.resume else "runs (resume off)"
+                selection.states.append((spec.test_id, state))
             if prior is not None and prior.done:
                 selection.done += 1
-                deselected.append(item)
+                (keep if listing else deselected).append(item)
                 continue
             attempt = prior.next_attempt if prior is not None else 1
             # A skipped item keeps its attempt: should pytest run it after all, it can.
@@ -204,6 +231,18 @@ class Selector:
             ledger_dir = self.recorder.paths(arm).ledger_dir
             index.add_all(iter_ledger_dir(ledger_dir, warn=warn, resume_fields=True), warn=warn)
         return indexes
+
+
+def ledger_state(prior: Prior | None) -> str:
+    """What the ledgers say of an item, for --collect-only: `new`, `done (<verdict>)`,
+    `owed: retry (attempt N)` after an infra failure, `owed: resume (interrupted)`."""
+    if prior is None:
+        return "new"
+    if prior.done:
+        return f"done ({prior.verdict.value})"
+    if prior.verdict is Verdict.INTERRUPTED:
+        return "owed: resume (interrupted)"
+    return f"owed: retry (attempt {prior.next_attempt})"
 
 
 def is_selected(spec: ItemSpec, settings: Settings) -> bool:

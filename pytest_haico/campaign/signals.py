@@ -8,7 +8,9 @@ the end of collection in one that collects a campaign's tests from elsewhere; ne
 that collects none), and the previous ones are restored at unconfigure (an in-process
 pytester run leaves none behind).
 
-* INT: every in-flight item is recorded `interrupted` at once; campaign mode exits 75.
+* INT: every in-flight item is recorded `interrupted` at once; campaign mode exits 75. A
+  second INT while the session stops only cancels what is still in flight: the stack is
+  still stopped and cleaned, and the exit code is the first INT's.
 * USR1: nothing new starts; in-flight conversations get --haico-drain-timeout, then are
   cancelled and recorded `interrupted`; the final dump runs; exit 75 in both modes. A
   second USR1 ends the drain at once; a USR1 while a stack starts stops it at once.
@@ -130,7 +132,11 @@ class SessionSignals:
         raise error
 
     def _int(self, signum: int, frame: FrameType | None) -> None:
-        if self.sessions.tearing_down:
+        if self.sessions.tearing_down or self.interrupted:
+            # The session is stopping already: a second Ctrl-C (pressed while pytest reports
+            # the first) hurries it, never raises into that report or the stack's stop.
+            if self.interrupted and not self.sessions.tearing_down:
+                self._say("SIGINT again: stopping now; the stack still stops and is cleaned")
             self.sessions.cancel_in_flight("SIGINT: stopped by the user")
             return
         self.interrupted = True
@@ -162,8 +168,8 @@ class SessionSignals:
         if first:
             self._say(f"{reason}: what is in flight is recorded interrupted now; no final dump")
         self.sessions.terminate(reason)
-        if first and not self.sessions.tearing_down:
-            self._interrupt(TerminatedError(reason))
+        if first and not self.sessions.tearing_down and not self.interrupted:
+            self._interrupt(TerminatedError(reason))  # after a Ctrl-C the session is ending
 
 
 def keep_crash_entry(error: BaseException) -> None:

@@ -299,8 +299,6 @@ class ArmRuns:
     def _launch(self, arm: str, *, gates_only: bool) -> ArmRun:
         settings = self.settings
         admission, gate_log = self._static.run(arm, self._specs(arm))
-        if self.start_interrupt is not None:
-            raise StackError("interrupted before the stack started")
         # Imported only now, so that a failed static gate does not pay it (~0.3 s: the stack,
         # the driver, httpx, psycopg).
         from pytest_haico.runner.arm_request import ArmRunRequest, stack_source
@@ -327,8 +325,10 @@ class ArmRuns:
             on_admission_stop=self._stop_admitting_for_walltime,
         )
         session = ArmRun(request)
+        self._starting = session  # from now on a signal interrupts its start (StackLife)
+        if self.start_interrupt is not None:  # it came during the gates or the imports
+            raise StackError("interrupted before the stack started")
         self._sessions[arm] = session
-        self._starting = session
         session.start()
         return session
 

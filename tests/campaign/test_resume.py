@@ -123,10 +123,57 @@ def test_strict_exit_codes(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts("a")
     assert campaign.run().ret == pytest.ExitCode.OK
-    assert campaign.run().ret == pytest.ExitCode.NO_TESTS_COLLECTED  # everything done
+    assert campaign.run("-k", "nothing-matches").ret == pytest.ExitCode.NO_TESTS_COLLECTED
     campaign.scripts("f.yaml", "id: f\nturns:\n  - user: fail\n")
     assert campaign.run().ret == pytest.ExitCode.TESTS_FAILED
     assert campaign.run("--haico-shard", "2/2").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_rerun_with_everything_done_exits_0_with_one_summary_line(
+    campaign: CampaignProject,
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a", "b")
+    campaign.scripts("f.yaml", "id: f\nturns:\n  - user: fail\n")
+    assert campaign.run().ret == pytest.ExitCode.TESTS_FAILED
+    for mode in ("strict", "campaign"):
+        again = campaign.run("--haico-exit", mode)
+        assert again.ret == pytest.ExitCode.OK
+        results = campaign.root / "results" / "default"
+        again.stdout.fnmatch_lines(
+            [
+                "haico: 3 done in ledger, 0 to run (0 retries)",
+                "*= haico =*",
+                f"campaign default: 3 of 3 done, results in {results}",
+                "*= 3 deselected in *",
+            ]
+        )
+
+
+def test_collect_only_lists_every_item_with_its_ledger_state(
+    campaign: CampaignProject,
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a")
+    campaign.scripts("c.yaml", "id: c\nturns:\n  - user: infra down\n")
+    campaign.scripts("i.yaml", "id: i\nturns:\n  - user: interrupt me\n")
+    campaign.run_subprocess()
+    campaign.simple_scripts("n")
+    runs = sorted((campaign.arm_dir("demo") / "runs").iterdir())
+    listed = campaign.run("--collect-only", "-q")
+    assert listed.ret == pytest.ExitCode.OK
+    listed.stdout.fnmatch_lines(
+        [
+            "haico: 1 done in ledger, 3 to run (1 retries, 1 resumed after interruption)",
+            "haico: done (completed)            demo-a-r0",
+            "haico: owed: retry (attempt 2)     demo-c-r0",
+            "haico: owed: resume (interrupted)  demo-i-r0",
+            "haico: new                         demo-n-r0",
+        ],
+        consecutive=True,
+    )
+    listed.stdout.fnmatch_lines(["experiments/test_conversations.py::test_conversation[demo-a-r0]"])
+    assert sorted((campaign.arm_dir("demo") / "runs").iterdir()) == runs  # nothing claimed
 
 
 def test_campaign_exit_codes(campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch) -> None:

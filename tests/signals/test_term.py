@@ -68,3 +68,37 @@ def test_term_while_the_stack_starts_stops_it_and_records_nothing(
     assert run.wait(timeout=50) == 75, run.output()
     assert campaign.records("demo") == []
     assert services_alive(run_dir(campaign)) == []
+
+
+# Sends SIGTERM to the run itself right after the arm's run object is made: after its static
+# gates, before its stack starts (the window of the modules the start imports).
+TERM_BEFORE_THE_START = """
+import os
+import signal
+
+from pytest_haico.runner import arm_run
+
+_made = arm_run.ArmRun.__init__
+
+
+def _made_then_terminated(self, *args, **kwargs):
+    _made(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    (lambda: None)()  # a Python call: the handler runs here, in this window
+
+
+arm_run.ArmRun.__init__ = _made_then_terminated
+"""
+
+
+def test_term_between_the_static_gates_and_the_stack_start_starts_no_service(
+    campaign: CampaignProject,
+) -> None:
+    stack_campaign(campaign, "", items=2)
+    campaign.write("conftest.py", TERM_BEFORE_THE_START)
+    run = campaign.start()
+    assert run.wait(timeout=60) == 75, run.output()
+    assert "terminated (exit 75): SIGTERM" in run.output()
+    assert campaign.records("demo") == []
+    # No service was spawned: the stack did not start (and then stop) first.
+    assert list(run_dir(campaign).glob("logs/*.log")) == []
