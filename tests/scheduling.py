@@ -2,11 +2,14 @@
 
 A session fixture starts once per worker, and a module's fixture once per worker that runs
 one of its tests. So the unit of work is a whole module, except for the folders whose tests
-share a session resource that must start once: the private Slurm cluster of tests/slurm
-(its conftest.py), the stand-in fleet that tests/standins and tests/gates ask of
-tests/conftest.py's launcher, and the real vLLMs of tests/vllm. Units go out in collection
-order, which conftest.py sorts: the Slurm tests first (the longest unit), then the other
-slow ones.
+share a session resource that must start once: the stand-in fleet that tests/standins and
+tests/gates ask of tests/conftest.py's launcher, and the real vLLMs of tests/vllm. The
+modules of tests/slurm are units of their own: each worker that runs one starts its own
+private cluster (tests/slurm/cluster.py: own directory, munge key and ports; a job is
+found by its SLURM_CONF as well as its id, as two clusters number their jobs alike), so
+the Slurm tests, which mostly wait for time limits and signals, wait side by side rather
+than one after the other. Units go out in collection order, which conftest.py sorts: the
+Slurm tests first (the longest), then the other slow ones.
 
 (xdist's own `--dist loadgroup` would do this from `xdist_group` marks, but pytest 9.2's
 structured node ids break it: pytest-xdist#1386.)
@@ -18,7 +21,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 # tests/<folder>/ -> the unit of all its tests
-SHARED_FOLDERS = {"slurm": "slurm", "standins": "stand-ins", "gates": "stand-ins", "vllm": "vllm"}
+SHARED_FOLDERS = {"standins": "stand-ins", "gates": "stand-ins", "vllm": "vllm"}
 
 
 class SharedResourceScheduling(LoadScopeScheduling):  # type: ignore[misc]

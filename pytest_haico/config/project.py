@@ -56,22 +56,35 @@ def find_project_config(start: Path) -> ProjectConfig:
     above `start` names the rootdir, else `start` itself is the rootdir."""
     first_pyproject: Path | None = None
     for base in (start, *start.parents):
-        for name, load in _LOADERS.items():
-            path = base / name
-            if not path.is_file():
-                continue
-            if name == "pyproject.toml" and first_pyproject is None:
-                first_pyproject = path
-            found = _read(path, load)
-            if found is not None:
-                values, native = found
-                return ProjectConfig(rootdir=base, path=path, values=values, native=native)
+        found = _config_in(base)
+        if found is not None:
+            path, (values, native) = found
+            return ProjectConfig(rootdir=base, path=path, values=values, native=native)
+        if first_pyproject is None and (base / "pyproject.toml").is_file():
+            first_pyproject = base / "pyproject.toml"
     if first_pyproject is not None:
         return ProjectConfig(rootdir=first_pyproject.parent, path=first_pyproject, values={})
     setup_py = next(
         (base for base in (start, *start.parents) if (base / "setup.py").is_file()), None
     )
     return ProjectConfig(rootdir=setup_py or start, path=None, values={})
+
+
+def config_file_in(directory: Path) -> Path | None:
+    """The file in `directory` itself (not above it) that pytest would read its
+    configuration from; None when none there holds any."""
+    found = _config_in(directory)
+    return found[0] if found is not None else None
+
+
+def _config_in(base: Path) -> tuple[Path, tuple[Values, bool]] | None:
+    for name, load in _LOADERS.items():
+        path = base / name
+        if path.is_file():
+            found = _read(path, load)
+            if found is not None:
+                return path, found
+    return None
 
 
 def project_resolver(cli: Mapping[str, tuple[Any, str]], *, environ: Mapping[str, str]) -> Resolver:

@@ -18,6 +18,7 @@ from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError, GateFailedError
 from pytest_haico.gates import filesystem, gpu, static
+from pytest_haico.gates.dynamic import SERVED_MODEL
 from pytest_haico.gates.result import (
     Gate,
     GateResult,
@@ -30,7 +31,7 @@ from pytest_haico.gates.result import (
 from pytest_haico.ledger.item_times import ItemTimes
 from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.redact import Redactor
-from pytest_haico.runner.served import SERVED_MODEL, ServedCheck, served_name
+from pytest_haico.runner.served import ServedCheck, served_name
 from pytest_haico.runner.walltime import WalltimeAdmission
 
 if TYPE_CHECKING:

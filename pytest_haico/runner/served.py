@@ -17,11 +17,11 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.config.identity import model_identity, parse_model_identity
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import CatalogueError
+from pytest_haico.gates.dynamic import SERVED_MODEL
 from pytest_haico.gates.result import GateResult, failed, passed
 from pytest_haico.serve.resolver import ServedModel, resolve_served
 from pytest_haico.stack.request import ModelEndpoint
 
-SERVED_MODEL = "served_model"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.frozen import inputs_digest
+from pytest_haico.config.project import config_file_in
 from pytest_haico.errors import HaicoError, UntrustedFileError
 from pytest_haico.files import make_dirs, ownership_problem, read_owned_file, write_atomic
 
@@ -24,14 +25,6 @@ SCRIPT_FILE = "campaign.sbatch"
 # The batch script this package ships (the repository's sbatch/campaign.sbatch links to it):
 # submitted unless the project has its own sbatch/campaign.sbatch or --sbatch names one.
 PACKAGED_SCRIPT = Path(__file__).parents[1] / "templates" / SCRIPT_FILE
-# pytest's configuration files, in the order pytest looks for them in a directory.
-_INI_FILES = (
-    ("pytest.ini", None),
-    (".pytest.ini", None),
-    ("pyproject.toml", "[tool.pytest.ini_options]"),
-    ("tox.ini", "[pytest]"),
-    ("setup.cfg", "[tool:pytest]"),
-)
 _SKIPPED = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
 
 
@@ -71,15 +64,7 @@ class Sources:
             script = own if own.is_file() else PACKAGED_SCRIPT
         if not script.is_file():
             raise InputsError(f"the batch script {script} does not exist: pass an existing one")
-        ini_file = next(
-            (
-                project / name
-                for name, table in _INI_FILES
-                if (project / name).is_file()
-                and (table is None or table in (project / name).read_text(errors="replace"))
-            ),
-            None,
-        )
+        ini_file = config_file_in(project)
         conftest = project / "conftest.py"
         return cls(
             experiments=experiments,

@@ -68,22 +68,6 @@ def _records(project: Path, arm: str = "demo") -> list[dict[str, Any]]:
     ]
 
 
-def _processes_of_job(job: str) -> list[str]:
-    """Command lines of live processes whose environment says they belong to `job`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if f"SLURM_JOB_ID={job}".encode() in environ:
-            found.append(f"{proc.name}: {cmdline}")
-    return found
-
-
 def test_array_with_explicit_shards_runs_every_item_exactly_once(
     slurm_cluster: SlurmCluster, project: Path
 ) -> None:
@@ -122,4 +106,4 @@ def test_two_pytest_runs_in_one_salloc_shell_get_two_runs_and_leave_nothing(
         by_run[record["run_id"]] = by_run.get(record["run_id"], 0) + 1
     assert by_run == {f"{job}.1": 11, f"{job}.2": 11}
     # The allocation has ended: no process of the job is left (services included).
-    assert _processes_of_job(job) == []
+    assert slurm_cluster.processes_of_job(job) == []
