@@ -1,5 +1,5 @@
-"""The chaos benchmark, small (one arm, 40 items over two tasks, a fault every 30-45 s,
-about 5 minutes), on the session's real Slurm: a campaign under random faults finished by
+"""The chaos benchmark, small (one arm, 40 items of 2 turns over two tasks, a fault every
+20-30 s, about 6 minutes), on the session's real Slurm: a campaign under random faults finished by
 `haico continue --until-done` alone, run as `benchmarks/chaos.py` runs for anyone."""
 
 from __future__ import annotations
@@ -29,10 +29,14 @@ def test_a_campaign_under_random_faults_finishes_unattended_with_every_item_once
             "1",
             "--items",
             "40",
+            "--turns",
+            "2",
+            "--latency-ms",
+            "1500",
             "--tasks",
             "2",
             "--every",
-            "30-45",
+            "20-30",
             "--seed",
             "20",
             "--bound",
