@@ -38,7 +38,8 @@ def test_an_attach_file_in_the_next_word_is_refused_naming_the_equals_form(
 ) -> None:
     state = elsewhere / "demo.json"
     state.write_text("{}")
-    result = project.pytester.runpytest("--haico-attach", str(state))
+    # Without a configuration pytest-asyncio would warn that its loop scope is unset.
+    result = project.pytester.runpytest("-p", "no:asyncio", "--haico-attach", str(state))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
