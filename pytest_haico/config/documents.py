@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from pytest_haico.errors import ConfigError
+from pytest_haico.files import NotAnInputError, read_input_file
 
 # 16 MiB holds about 100,000 short scripts (the item bound). JSONL parses that in a
 # second; pure-Python PyYAML at 0.2-1 MB/s takes minutes, so big generated sets belong
@@ -65,16 +66,16 @@ def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _read(path: Path) -> str:
     try:
-        # Checked before reading: a runaway generator's output is refused, not loaded.
-        size = path.stat().st_size
-        if size > MAX_SCRIPT_FILE_BYTES:
-            raise ConfigError(
-                str(path),
-                "",
-                f"the file has {size} bytes; at most {MAX_SCRIPT_FILE_BYTES} per script file: "
-                "split it into several files",
-            )
-        return path.read_bytes().decode("utf-8")
+        # Checked on the opened file: a runaway generator's output is refused, not
+        # loaded, and a FIFO is refused instead of blocking collection.
+        return read_input_file(path, max_bytes=MAX_SCRIPT_FILE_BYTES).decode("utf-8")
+    except NotAnInputError as exc:
+        raise ConfigError(
+            str(path),
+            "",
+            f"the script file {exc.problem}: "
+            "make it a regular file, or split it into several files",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), "", f"cannot read the script file: {exc}") from None
 
