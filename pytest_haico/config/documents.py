@@ -16,6 +16,9 @@ from pytest_haico.files import NotAnInputError, read_input_file
 # second; pure-Python PyYAML at 0.2-1 MB/s takes minutes, so big generated sets belong
 # in JSONL, and anything larger is a runaway generator rather than a campaign.
 MAX_SCRIPT_FILE_BYTES = 16 * 1024 * 1024
+# A YAML file parses in seconds up to this size (a few thousand scripts); past it, PyYAML
+# would hold collection for minutes (100,000 scripts: over 200 s), so it is refused.
+MAX_YAML_FILE_BYTES = 2 * 1024 * 1024
 SCRIPT_SUFFIXES = frozenset({".yaml", ".yml", ".json", ".jsonl"})
 
 _ONCE = "each key may appear once in a mapping"
@@ -46,6 +49,13 @@ def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
         yield from _iter_jsonl(path, text)
         return
     suffix = path.suffix.lower()
+    if suffix != ".json" and len(text) > MAX_YAML_FILE_BYTES:
+        raise ConfigError(
+            str(path),
+            "",
+            f"the YAML file has {len(text)} characters, more than {MAX_YAML_FILE_BYTES} "
+            "(PyYAML would take minutes): write a generated set as JSONL, one script a line",
+        )
     if not text.strip():
         raise ConfigError(str(path), "", "the file is empty; expected a script mapping or a list")
     try:

@@ -113,3 +113,19 @@ def test_submit_refuses_an_empty_or_climbing_campaign(
     err = capsys.readouterr().err
     assert err.startswith(expected)
     assert err.count("\n") == 1
+
+
+def test_a_yaml_file_over_its_bound_is_refused_before_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_haico.config import documents
+
+    monkeypatch.setattr(documents, "MAX_YAML_FILE_BYTES", 100)
+    scripts = tmp_path / "many.yaml"
+    scripts.write_text("".join(f"- id: s{i}\n  turns: [{{user: hi}}]\n" for i in range(10)))
+    with pytest.raises(ConfigError) as caught:
+        list(iter_scripts(scripts))
+    assert str(caught.value) == (
+        f"{scripts}: the YAML file has 310 characters, more than 100 (PyYAML would take "
+        "minutes): write a generated set as JSONL, one script a line"
+    )
