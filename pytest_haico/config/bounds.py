@@ -61,7 +61,7 @@ def _slurm_time(value: str) -> str:
     return value
 
 
-SlurmTime = Annotated[str, AfterValidator(_slurm_time)]
+SlurmTime = Annotated[str, AfterValidator(not_blank), AfterValidator(_slurm_time)]
 
 ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
 TAG = re.compile(r"^[a-z_][a-z0-9_]*$")
