@@ -36,13 +36,6 @@ def test_a_script_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path
         list(iter_scripts(fifo))
 
 
-@pytest.mark.parametrize("text", ["", "\n# only a comment\n"])
-def test_an_empty_arm_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
-    arm = tmp_path / "demo.toml"
-    arm.write_text(text)
-    assert _arm_error(arm) == f'{arm}: the arm file is empty: set description = "..."'
-
-
 @pytest.mark.parametrize(
     ("text", "field"),
     [
