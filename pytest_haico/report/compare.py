@@ -147,9 +147,7 @@ def describe(label: str, results: Results) -> str:
     )
 
 
-def pair_items(
-    a: Results, b: Results
-) -> tuple[list[Pair], list[Record], list[Record]]:
+def pair_items(a: Results, b: Results) -> tuple[list[Pair], list[Record], list[Record]]:
     """Matched pairs, and the records only A and only B have."""
     by_arm = {r.arm for r in a.records} == {r.arm for r in b.records}
 

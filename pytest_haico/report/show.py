@@ -2,9 +2,10 @@
 
 The item is named by its item id or its test id: the pytest node id, its part after the
 file, or its parameter (`demo-plan-trip-r0`). Its attempts are its records in the order
-they finished, numbered from 1. One attempt is shown: the user message of each turn, the agent's steps and tool calls, the
-answer, the turn's expectations with pass or fail, its timings and tokens, then the
-attempt's verdict. The record gives the figures, the transcript the messages.
+they finished, numbered from 1. One attempt is shown: the user message of each turn, the
+agent's steps and tool calls, the answer, the turn's expectations with pass or fail, its
+timings and tokens, then the attempt's verdict. The record gives the figures, the
+transcript the messages.
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def _step(number: int, step: dict[str, Any], paint: _Paint) -> Iterator[str]:
     for call in step.get("tool_calls") or ():
         if not isinstance(call, dict):
             continue
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        found = call.get("function")
+        function: dict[str, Any] = found if isinstance(found, dict) else {}
         name = call.get("name") or function.get("name") or "?"
         arguments = call.get("args", function.get("arguments"))
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
