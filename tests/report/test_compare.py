@@ -129,6 +129,7 @@ def test_compare_names_both_runs_and_the_items_only_one_side_has(
     assert {r.run_id for r in b.records} == {second_run}
     ids = {r.script: (r.item_id, r.data["nodeid"]) for r in a.records + b.records}
 
+    capsys.readouterr()  # the campaign runs' own output
     assert main(["compare", f"{results}@previous", f"{results}@{second_run}"]) == 0
     out = capsys.readouterr().out.splitlines()
     stamp = r"\(started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"

@@ -92,8 +92,9 @@ def test_an_unknown_id_is_one_line_naming_the_close_matches(
 ) -> None:
     assert main(["show", "demo-note-r0", "--campaign", str(ran)]) == 2
     assert capsys.readouterr().err == (
-        f"haico: no item 'demo-note-r0' in {ran}: close matches: demo-notes-r0 (give an item "
-        "id or a test id, as `haico report` and the ledger name them)\n"
+        f"haico: no item 'demo-note-r0' in {ran}: close matches: demo-notes-r0, "
+        "demo-unasked-r0 (give an item id or a test id, as `haico report` and the ledger "
+        "name them)\n"
     )
 
 
