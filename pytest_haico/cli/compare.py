@@ -15,8 +15,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compare.add_argument(
         "a",
         metavar="A",
-        help="baseline: a campaign or arm directory, a run (DIR@RUN_ID, "
-        "<arm>/runs/<run_id> or <arm>/ledger/<run_id>.jsonl)",
+        help="baseline: a campaign or arm directory, a run (DIR@RUN_ID, DIR@latest, "
+        "DIR@previous, <arm>/runs/<run_id> or <arm>/ledger/<run_id>.jsonl)",
     )
     compare.add_argument("b", metavar="B", help="the one compared with A, in the same forms")
     compare.add_argument(

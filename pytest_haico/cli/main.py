@@ -4,7 +4,8 @@
     haico submit <campaign> --stage smoke|full [--arm A] [--time T] [--tasks N] [--dry-run]
     haico continue <campaign> [--tasks M] [--include-cancelled] [--until-done] [--dry-run]
     haico report <results>/<campaign> [--html out.html]
-    haico compare <A> <B> [--exit-on-regression]
+    haico compare <A> <B> [--exit-on-regression]  (DIR, DIR@RUN_ID, DIR@latest|previous)
+    haico show <test id or item id> [--attempt N] [--campaign NAME]
     haico init <dir>
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
     haico env [--venv-only | --images-only] [--arm A] [--dry-run]
@@ -24,7 +25,18 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from pytest_haico.cli import compare, cost, env, gpu_check, init, report, serve, stack, submit
+from pytest_haico.cli import (
+    compare,
+    cost,
+    env,
+    gpu_check,
+    init,
+    report,
+    serve,
+    show,
+    stack,
+    submit,
+)
 from pytest_haico.cli.output import exit_now
 from pytest_haico.errors import HaicoError
 
@@ -69,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_parsers(commands)
     report.add_parser(commands)
     compare.add_parser(commands)
+    show.add_parser(commands)
     init.add_parser(commands)
     stack.add_parser(commands)
     env.add_parser(commands)

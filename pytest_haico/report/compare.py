@@ -4,21 +4,27 @@ that differ.
 
 An operand is a campaign directory, an arm directory, a run directory
 (`<arm>/runs/<run_id>`), a run's ledger (`<arm>/ledger/<run_id>.jsonl`), or a campaign or
-arm directory and a run id, `DIR@RUN_ID`. Items are matched by arm, script and repeat
-when both sides hold the same arms, else (one arm each, e.g. two arms of one campaign)
-by script and repeat.
+arm directory and a run, `DIR@RUN_ID`, `DIR@latest` or `DIR@previous` (of the runs under
+DIR, ordered by their start). The header names each side's runs and their start, and
+lists the items only one side has. Items are matched by arm, script and repeat when both
+sides hold the same arms, else (one arm each, e.g. two arms of one campaign) by script and
+repeat.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
 from pytest_haico.report.terminal import table
-from pytest_haico.results import Record, Results, load_results
+from pytest_haico.results import Record, Results, ResultsReadError, load_results
 
 Key = tuple[str, str, int]
 
@@ -69,15 +75,80 @@ class Pair:
 
 
 def load_operand(operand: str) -> Results:
-    """`DIR@RUN_ID`, or any path `load_results` reads."""
+    """`DIR@RUN_ID`, `DIR@latest`, `DIR@previous`, or any path `load_results` reads."""
     path, at, run = operand.rpartition("@")
-    if at and path and run and "/" not in run:
-        return load_results(path, run=run)
-    return load_results(operand)
+    if not (at and path and run and "/" not in run):
+        return load_results(operand)
+    results = load_results(path)
+    order = [run_id for run_id, _ in run_starts(results)]
+    if run in ("latest", "previous"):
+        index = -1 if run == "latest" else -2
+        if len(order) < -index:
+            raise ResultsReadError(
+                f"{path} holds one run ({', '.join(order)}), so there is no previous run: "
+                f"run the campaign again, or compare with {path}@{order[-1]}"
+            )
+        run = order[index]
+    elif run not in order:
+        raise ResultsReadError(
+            f"{path} holds no run {run!r}: its runs are {', '.join(order)} "
+            f"(or give {path}@latest or {path}@previous)"
+        )
+    return Results(
+        results.path,
+        [r for r in results.records if r.run_id == run],
+        [o for o in results.orphans if o.run_id == run],
+        results.warnings,
+    )
 
 
-def pair_items(a: Results, b: Results) -> tuple[list[Pair], list[Key], list[Key]]:
-    """Matched pairs, and the keys only A and only B have."""
+def run_starts(results: Results) -> list[tuple[str, datetime | None]]:
+    """The runs `results` holds, each with its start, ordered by start (unknown first, then
+    by id): the run's claim of its directory (`runs/<run_id>/claim.json`), else its first
+    item's start."""
+    starts: dict[str, list[datetime]] = {}
+    for arm_dir, run_id in {(r.arm_dir, r.run_id) for r in results.records}:
+        claimed = _claimed_at(arm_dir / "runs" / run_id)
+        starts.setdefault(run_id, []).extend([claimed] if claimed else [])
+    for record in results.records:
+        started = record.data.get("started_at")
+        if not starts[record.run_id] and isinstance(started, str):
+            with contextlib.suppress(ValueError):
+                starts[record.run_id].append(_aware(datetime.fromisoformat(started)))
+    firsts = {run_id: min(values, default=None) for run_id, values in starts.items()}
+    floor = datetime.min.replace(tzinfo=UTC)
+    return sorted(firsts.items(), key=lambda item: (item[1] or floor, item[0]))
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _claimed_at(run_dir: Path) -> datetime | None:
+    try:
+        claim = json.loads((run_dir / "claim.json").read_bytes())
+        return datetime.fromtimestamp(float(claim["claimed_at"]), UTC)
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
+        return None
+
+
+def describe(label: str, results: Results) -> str:
+    """A header line: the side's path, its runs with their start, its item count."""
+    runs = run_starts(results)
+    shown = [
+        f"{run_id} (started "
+        f"{start.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S UTC') if start else 'unknown'})"
+        for run_id, start in runs[:_TOP]
+    ]
+    more = f" and {len(runs) - _TOP} more" if len(runs) > _TOP else ""
+    return (
+        f"{label}: {'run' if len(runs) == 1 else f'{len(runs)} runs'} {', '.join(shown)}{more}"
+        f" in {results.path} ({len(results.newest()):,} items)"
+    )
+
+
+def pair_items(a: Results, b: Results) -> tuple[list[Pair], list[Record], list[Record]]:
+    """Matched pairs, and the records only A and only B have."""
     by_arm = {r.arm for r in a.records} == {r.arm for r in b.records}
 
     def index(results: Results) -> dict[Key, Record]:
@@ -85,7 +156,9 @@ def pair_items(a: Results, b: Results) -> tuple[list[Pair], list[Key], list[Key]
 
     left, right = index(a), index(b)
     pairs = [Pair(key, left[key], right[key]) for key in sorted(left.keys() & right.keys())]
-    return pairs, sorted(left.keys() - right.keys()), sorted(right.keys() - left.keys())
+    only_a = [left[key] for key in sorted(left.keys() - right.keys())]
+    only_b = [right[key] for key in sorted(right.keys() - left.keys())]
+    return pairs, only_a, only_b
 
 
 def _name(key: Key) -> str:
@@ -124,10 +197,12 @@ def compare_lines(a: Results, b: Results) -> tuple[list[str], int]:
     others = [p for p in pairs if p.changed and not p.regression and not p.improvement]
     improvements = [p for p in pairs if p.improvement]
     lines = [
-        f"A: {a.path} ({len(a.newest()):,} items)",
-        f"B: {b.path} ({len(b.newest()):,} items)",
+        describe("A", a),
+        describe("B", b),
         f"{len(pairs):,} script × repeat on both sides; {len(only_a)} only in A, "
         f"{len(only_b)} only in B",
+        *_only_lines("A", only_a),
+        *_only_lines("B", only_b),
         "",
         f"regressions (completed in A, not in B): {len(regressions)}",
     ]
@@ -150,6 +225,16 @@ def compare_lines(a: Results, b: Results) -> tuple[list[str], int]:
     lines.append("")
     lines += provenance_lines(a, b)
     return lines, len(regressions)
+
+
+def _only_lines(label: str, records: list[Record]) -> Iterator[str]:
+    """The items one side only has, the first `_TOP`: item id and test id."""
+    for record in records[:_TOP]:
+        nodeid = record.data.get("nodeid")
+        test = f"  {nodeid}" if isinstance(nodeid, str) else ""
+        yield f"  only in {label}: {record.item_id}{test}"
+    if len(records) > _TOP:
+        yield f"  only in {label}: and {len(records) - _TOP} more"
 
 
 def _row(pair: Pair) -> tuple[str, ...]:

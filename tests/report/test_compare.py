@@ -97,3 +97,61 @@ def test_compare_of_a_path_that_is_no_campaign_is_one_line_and_exit_2(
         "holds <arm>/ledger/), <campaign>/<arm>, <arm>/runs/<run_id> or "
         "<arm>/ledger/<run_id>.jsonl\n"
     )
+
+
+def test_compare_names_both_runs_and_the_items_only_one_side_has(
+    campaign: CampaignProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    campaign.simple_scripts("alpha", "beta")
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    campaign.arm("demo", "[run]\nconcurrency = 2\n")
+    first = campaign.run_subprocess("--haico-exit", "campaign", "--haico-campaign", "c")
+    assert first.ret == 0, first.stdout.str()
+    results = campaign.root / "results" / "c"
+    (first_run,) = [p.stem for p in (results / "demo" / "ledger").glob("*.jsonl")]
+
+    # One run: no previous one, said in one line that names the run there is.
+    assert main(["compare", f"{results}@previous", f"{results}@latest"]) == 2
+    assert capsys.readouterr().err == (
+        f"haico: {results} holds one run ({first_run}), so there is no previous run: "
+        f"run the campaign again, or compare with {results}@{first_run}\n"
+    )
+
+    # A second run of the same campaign, with one more script: only that item runs.
+    campaign.simple_scripts("gamma")
+    second = campaign.run_subprocess("--haico-exit", "campaign", "--haico-campaign", "c")
+    assert second.ret == 0, second.stdout.str()
+    (second_run,) = [
+        p.stem for p in (results / "demo" / "ledger").glob("*.jsonl") if p.stem != first_run
+    ]
+    a, b = load_operand(f"{results}@previous"), load_operand(f"{results}@latest")
+    assert {r.run_id for r in a.records} == {first_run}
+    assert {r.run_id for r in b.records} == {second_run}
+    ids = {r.script: (r.item_id, r.data["nodeid"]) for r in a.records + b.records}
+
+    capsys.readouterr()  # the campaign runs' own output
+    assert main(["compare", f"{results}@previous", f"{results}@{second_run}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    stamp = r"\(started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"
+    assert re.fullmatch(rf"A: run {first_run} {stamp} in {results} \(2 items\)", out[0])
+    assert re.fullmatch(rf"B: run {second_run} {stamp} in {results} \(1 items\)", out[1])
+    assert out[2] == "0 script × repeat on both sides; 2 only in A, 1 only in B"
+    assert out[3:6] == [
+        f"  only in A: {ids['alpha'][0]}  {ids['alpha'][1]}",
+        f"  only in A: {ids['beta'][0]}  {ids['beta'][1]}",
+        f"  only in B: {ids['gamma'][0]}  {ids['gamma'][1]}",
+    ]
+
+    # The whole directory: both runs on one side, each named, oldest first.
+    assert main(["compare", str(results), f"{results}@latest"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert re.fullmatch(
+        rf"A: 2 runs {first_run} {stamp}, {second_run} {stamp} in {results} \(3 items\)", header
+    )
+
+    # A run id that is not there: one line naming the runs that are.
+    assert main(["compare", f"{results}@nope", f"{results}@latest"]) == 2
+    assert capsys.readouterr().err == (
+        f"haico: {results} holds no run 'nope': its runs are {first_run}, {second_run} "
+        f"(or give {results}@latest or {results}@previous)\n"
+    )
