@@ -7,14 +7,18 @@ a run killed at any point leaves the timeline of what it had done, never a torn 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.durations import format_duration
 from pytest_haico.files import DEFAULT_FILE_MODE, write_atomic
 from pytest_haico.procfs import read_proc_stat
+
+_log = logging.getLogger(__name__)
 
 SCHEMA = 1
 FILE_NAME = "timeline.json"
@@ -28,6 +32,7 @@ PHASES = (
     "final_dump",
     "stop",
 )
+STARTING = ("static_gates", "stack", "dynamic_gates")
 DRAIN_CAUSES = {"signal", "walltime", "breaker", "stopped"}
 
 
@@ -88,6 +93,7 @@ class Timeline:
         self.path = run_dir / FILE_NAME
         self._clock = clock
         self._mode = file_mode
+        self._failed = False
         self.doc: dict[str, Any] = {
             "schema": SCHEMA,
             "run_id": run_id,
@@ -103,8 +109,15 @@ class Timeline:
         self._write()
 
     def _write(self) -> None:
+        """The whole document, atomically; a failure is logged once, never raised: the
+        timeline is an account of the run, not a reason to stop it."""
         data = json.dumps(self.doc, indent=1, sort_keys=True) + "\n"
-        write_atomic(self.path, data.encode(), mode=self._mode)
+        try:
+            write_atomic(self.path, data.encode(), mode=self._mode)
+        except OSError as exc:
+            if not self._failed:
+                self._failed = True
+                _log.warning("haico: %s could not be written: %s", self.path, exc)
 
     def _phase(self, name: str) -> dict[str, Any]:
         if name not in PHASES:
@@ -141,14 +154,18 @@ class Timeline:
         phase["last_end"] = max(phase.get("last_end", end), end)
         self._write()
 
-    def drain(self, cause: str, *, signal: str | None = None) -> None:
-        """The run began draining for `cause` (the first cause wins)."""
+    def drain(self, cause: str, *, signal: str | None = None, write: bool = True) -> None:
+        """The run began draining for `cause` (the first cause wins); with `write` off it
+        is only noted, for the next change to write (a signal handler writes no file)."""
         if cause not in DRAIN_CAUSES:
-            raise ValueError(f"timeline: drain cause {cause!r} is not one of {sorted(DRAIN_CAUSES)}")
+            raise ValueError(
+                f"timeline: drain cause {cause!r} is not one of {sorted(DRAIN_CAUSES)}"
+            )
         phase = self._phase("drain")
         if "cause" not in phase:
             phase.update(start=self._clock(), cause=cause, signal=signal)
-            self._write()
+            if write:
+                self._write()
 
     def model(self, summary: dict[str, Any]) -> None:
         """The sampler's summary of the model's utilisation."""
@@ -180,7 +197,9 @@ def shares(doc: Mapping[str, Any]) -> dict[str, Any]:
         ended = max(ends, default=None)
     total = float(ended - began) if began is not None and ended is not None else 0.0
     parts = {
-        "starting": sum(_span(phases.get(n, {})) for n in ("static_gates", "stack", "dynamic_gates")),
+        "starting": sum(
+            _span(phases.get(n, {})) for n in ("static_gates", "stack", "dynamic_gates")
+        ),
         "conversing": _span(phases.get("conversing", {}), "first_start", "last_end"),
         "draining": _span(phases.get("drain", {})),
         "dumping": _span(phases.get("final_dump", {})),
@@ -191,3 +210,13 @@ def shares(doc: Mapping[str, Any]) -> dict[str, Any]:
         "gpu_hours": total * gpus / 3600 if gpus else None,
         **{name: (span / total if total > 0 else 0.0) for name, span in parts.items()},
     }
+
+
+def shares_line(doc: Mapping[str, Any]) -> str:
+    """`allocation 2m05s (0.07 GPU-h): starting 12%, conversing 80%, draining 3%, dumping 1%`."""
+    got = shares(doc)
+    gpu = f" ({got['gpu_hours']:.2f} GPU-h)" if got["gpu_hours"] is not None else ""
+    parts = ", ".join(
+        f"{name} {got[name]:.0%}" for name in ("starting", "conversing", "draining", "dumping")
+    )
+    return f"allocation {format_duration(got['allocation_s'])}{gpu}: {parts}"

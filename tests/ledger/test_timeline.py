@@ -19,9 +19,7 @@ class Clock:
 
 
 def _timeline(tmp_path: Path, clock: Clock, job: dict[str, object] | None = None) -> Timeline:
-    return Timeline(
-        tmp_path, run_id="r1", campaign="c", arm="a", session="s", job=job, clock=clock
-    )
+    return Timeline(tmp_path, run_id="r1", campaign="c", arm="a", session="s", job=job, clock=clock)
 
 
 def test_the_file_exists_from_the_start_and_follows_each_phase(tmp_path: Path) -> None:

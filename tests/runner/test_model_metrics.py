@@ -25,8 +25,15 @@ vllm:request_success_total{finished_reason="stop"} 9.0
 """
 
 
-def _s(t: float, running: float, *, in_flight: int = 2, queued: int = 5, backend: float = 0.0,
-       client: float = 0.0) -> Sample:
+def _s(
+    t: float,
+    running: float,
+    *,
+    in_flight: int = 2,
+    queued: int = 5,
+    backend: float = 0.0,
+    client: float = 0.0,
+) -> Sample:
     return Sample(t, running, 0.0, 0.1, 0.0, 0.0, in_flight, queued, backend, client)
 
 
