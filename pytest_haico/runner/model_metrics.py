@@ -215,9 +215,12 @@ class Sampler:
         return sample
 
     def _run(self) -> None:
+        """One sample at once, then one each interval until stopped."""
         with httpx.Client(timeout=self._interval, trust_env=False) as client:
-            while not self._stop.wait(self._interval):
+            while True:
                 try:
                     self.sample_once(client)
                 except OSError:
                     return  # the run directory went away: the run is ending
+                if self._stop.wait(self._interval):
+                    return
