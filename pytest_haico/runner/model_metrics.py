@@ -115,7 +115,7 @@ def summarise(samples: Iterable[Sample], *, cap: int) -> dict[str, Any]:
         return {"samples": 0, "idle_share": None, "mean_running": None, "bottleneck": None}
     idle = [
         (prev, cur)
-        for prev, cur in zip([rows[0], *rows], rows, strict=True)
+        for prev, cur in zip([rows[0], *rows[:-1]], rows, strict=True)
         if cur.running == 0 and (cur.queued > 0 or cur.in_flight > 0)
     ]
     share = len(idle) / len(rows)
