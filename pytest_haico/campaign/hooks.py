@@ -329,6 +329,8 @@ class CampaignPlugin:
             # Every selected item is done: a finished campaign, not an empty selection.
             status = pytest.ExitCode.OK
         session.exitstatus = status
+        for run in self.sessions.runs.values():
+            run.timeline.exit(int(status))
 
 
 def _asks_for_campaign(items: list[pytest.Item]) -> bool:

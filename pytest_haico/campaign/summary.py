@@ -82,6 +82,8 @@ def write_summary(
         run = sessions.runs.get(arm)
         if run is not None and run.dumps is not None and run.dumps.written:
             terminal.write_line(f"  dumps:       {run.dumps.dumps_dir}")
+        for line in run.timeline.lines() if run is not None else ():
+            terminal.write_line(f"  {line}")
         if sessions.kept is not None:
             terminal.write_line(f"  kept stack:  {sessions.kept.directory} (its logs and dumps)")
         if run is not None and run.dump_failure:

@@ -54,6 +54,10 @@ class ArmConversations:
         return self._runner.in_flight if self._runner is not None else 0
 
     @property
+    def queued(self) -> int:
+        return self._runner.queued if self._runner is not None else 0
+
+    @property
     def death(self) -> ServiceDeath | None:
         """The service the watch found dead, if any."""
         return self._watch.death if self._watch is not None else None

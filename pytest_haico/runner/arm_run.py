@@ -17,6 +17,7 @@ from pytest_haico.runner.arm_provenance import ArmProvenance, Dumps
 from pytest_haico.runner.arm_request import ArmRunRequest
 from pytest_haico.runner.finished import Conversation as Conversation  # re-exported
 from pytest_haico.runner.outside import Outside
+from pytest_haico.runner.run_timeline import RunTimeline
 from pytest_haico.runner.stack_life import RunStack, StackLife
 from pytest_haico.stack.orchestrator import ServiceTiming
 
@@ -60,6 +61,7 @@ class ArmRun:
             model_server_metrics=self._outside.model_server_metrics,
         )
         self._conversations = ArmConversations(request)
+        self.timeline = RunTimeline(request, self.claim, self._conversations)
         self._stopped = False
 
     @property
@@ -110,11 +112,13 @@ class ArmRun:
             raise StackError(self.redactor.redact(f"{type(exc).__name__}: {exc}")) from exc
 
     def _start(self) -> HaicoStack:
-        life, conversations = self._life, self._conversations
+        life, conversations, timeline = self._life, self._conversations, self.timeline
         stack = life.open()
         self.redactor = Redactor(stack.secrets)
         self.request.recorder.use_redactor(self.arm.name, self.redactor)
+        timeline.start("stack")
         life.start()
+        timeline.stack_started(stack)
         try:
             life.check_interrupted()
             channel = self._outside.open_channel(stack, self.request, self.redactor)
@@ -125,7 +129,9 @@ class ArmRun:
                 log_tail=life.log_tail,
             )
             self._start_call(channel.open)
+            timeline.start("dynamic_gates")
             gates = self._start_call(channel.dynamic_gates)
+            timeline.end("dynamic_gates")
             self.request.gate_log.check(gates, redactor=self.redactor)
             life.check_interrupted()
             view = _view(self.arm.name, stack)
@@ -135,6 +141,7 @@ class ArmRun:
             self._provenance.start_dumps(stack)
             conversations.watch(lambda: stack.processes)
             self._provenance.record_start(stack, redactor=self.redactor)
+            timeline.sample(stack)
             life.check_interrupted()
         except BaseException:
             self.stop()
@@ -164,7 +171,9 @@ class ArmRun:
 
         An item the plan did not queue (its marks said pytest would skip it) is queued now.
         """
-        return self._conversations.wait(state)
+        conversation = self._conversations.wait(state)
+        self.timeline.conversation(conversation.record)
+        return conversation
 
     def stop(self, *, final_dump: bool = True) -> None:
         """Stop the stack; conversations still in flight are cancelled and recorded
@@ -177,13 +186,21 @@ class ArmRun:
         if self._stopped:
             return
         self._stopped = True
+        timeline = self.timeline
         try:
+            timeline.draining(self.request.breaker.tripped)
             self._conversations.stop()
+            timeline.end("drain")
+            timeline.stop_sampling()
             death = self._conversations.death
             postgres_died = death is not None and death.service == "postgres"
+            timeline.start("final_dump")
             self._provenance.finish(final_dump=final_dump, postgres_died=postgres_died)
+            timeline.end("final_dump")
         finally:
+            timeline.start("stop")
             self._life.stop()
+            timeline.end("stop")
 
     def was_admitted(self, state: ItemAttempt) -> bool:
         """Whether the item's conversation was started (it may have ended since)."""
@@ -191,16 +208,19 @@ class ArmRun:
 
     def stop_admitting(self, reason: str) -> None:
         """Start no more conversations; those in flight go on. Safe from a signal handler."""
+        self.timeline.drain("walltime")
         self._conversations.stop_admitting(reason)
 
     def cancel_after(self, delay: float, reason: str) -> None:
         """Start no more conversations; cancel those still in flight `delay` seconds from
         now (recorded interrupted). Safe from a signal handler."""
+        self.timeline.drain("signal", signal="SIGUSR1")
         self._conversations.cancel_after(delay, reason)
 
     def cancel_in_flight(self, reason: str) -> None:
         """End the conversations in flight now (recorded interrupted). Safe from a signal
         handler."""
+        self.timeline.drain("stopped")
         self._conversations.cancel_in_flight(reason)
 
     def abort_dumps(self) -> None:

@@ -88,6 +88,12 @@ class Runner(Generic[K, R, F]):
             return self._in_flight
 
     @property
+    def queued(self) -> int:
+        """How many keys wait for a slot."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
     def stop_reason(self) -> str | None:
         """Why the runner stopped admitting (the first reason given), None while it admits."""
         with self._lock:

@@ -1,0 +1,226 @@
+"""The model's own utilisation, sampled from its `/metrics` (vLLM's names; the stand-in
+exposes the same) into `runs/<run_id>/model-metrics.csv`, and the summary of it: the share of
+conversing time the model had nothing running while items remained, and the bottleneck.
+
+The interval is 1 s: fine enough to resolve idle shares of multi-minute runs to about a
+percent, and cheap (one loopback GET and a /proc read per second, well under 1% of a core)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pytest_haico.files import DEFAULT_FILE_MODE, append_line
+from pytest_haico.procfs import read_proc_stat
+from pytest_haico.provenance.model_server import parse_metrics as parse_prometheus
+
+INTERVAL_S = 1.0
+FILE_NAME = "model-metrics.csv"
+NAMES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+}
+IDLE_LIMIT = 0.10  # idle more than this share of conversing time with items queued: say why
+BUSY_CORE = 0.8  # a process using this share of a core or more is the bottleneck
+
+
+@dataclass(frozen=True)
+class Sample:
+    t_s: float
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    prompt_tokens: float | None
+    generation_tokens: float | None
+    in_flight: int
+    queued: int
+    backend_cpu_s: float | None
+    client_cpu_s: float
+
+
+COLUMNS = tuple(f.name for f in fields(Sample))
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The sampled columns from Prometheus text, each summed over its labels (the
+    provenance's parser: vLLM labels them by model and engine); an absent name is absent."""
+    found = parse_prometheus(text.splitlines())
+    return {column: found[name] for name, column in NAMES.items() if name in found}
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU of `pid` (and its reaped children) from /proc, or None."""
+    if pid is None:
+        return None
+    stat = read_proc_stat(pid)
+    if stat is None:
+        return None
+    return (stat.cpu_ticks + stat.children_cpu_ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def csv_line(sample: Sample) -> bytes:
+    return (",".join(_fmt(v) for v in astuple(sample)) + "\n").encode()
+
+
+def read_csv(text: str) -> list[Sample]:
+    def num(raw: str) -> float | None:
+        return float(raw) if raw else None
+
+    rows = list(csv.DictReader(io.StringIO(text)))
+    return [
+        Sample(
+            t_s=float(r["t_s"]),
+            running=num(r["running"]),
+            waiting=num(r["waiting"]),
+            kv_cache_usage=num(r["kv_cache_usage"]),
+            prompt_tokens=num(r["prompt_tokens"]),
+            generation_tokens=num(r["generation_tokens"]),
+            in_flight=int(r["in_flight"]),
+            queued=int(r["queued"]),
+            backend_cpu_s=num(r["backend_cpu_s"]),
+            client_cpu_s=float(r["client_cpu_s"]),
+        )
+        for r in rows
+    ]
+
+
+def summarise(samples: Iterable[Sample], *, cap: int) -> dict[str, Any]:
+    """The utilisation over the samples taken while conversing: the mean requests running,
+    the share of samples where the model ran nothing while items remained (queued or in
+    flight), and, where that share is over 10%, the bottleneck: `backend` (its CPU near a
+    core in those intervals), `client` (our own process's CPU near a core), `concurrency
+    cap` (all `cap` conversations in flight), else `client` (conversations not admitted)."""
+    rows = [s for s in samples if s.running is not None]
+    if not rows:
+        return {"samples": 0, "idle_share": None, "mean_running": None, "bottleneck": None}
+    idle = [
+        (prev, cur)
+        for prev, cur in zip([rows[0], *rows[:-1]], rows, strict=True)
+        if cur.running == 0 and (cur.queued > 0 or cur.in_flight > 0)
+    ]
+    share = len(idle) / len(rows)
+    mean_running = sum(s.running or 0.0 for s in rows) / len(rows)
+    bottleneck = None
+    if share > IDLE_LIMIT:
+        bottleneck = _bottleneck(idle, cap=cap)
+    return {
+        "samples": len(rows),
+        "idle_share": round(share, 4),
+        "mean_running": round(mean_running, 3),
+        "max_waiting": max(s.waiting or 0.0 for s in rows),
+        "bottleneck": bottleneck,
+    }
+
+
+def _rate(pairs: list[tuple[Sample, Sample]], key: Callable[[Sample], float | None]) -> float:
+    spent = elapsed = 0.0
+    for prev, cur in pairs:
+        a, b = key(prev), key(cur)
+        if a is not None and b is not None and cur.t_s > prev.t_s:
+            spent += b - a
+            elapsed += cur.t_s - prev.t_s
+    return spent / elapsed if elapsed > 0 else 0.0
+
+
+def _bottleneck(idle: list[tuple[Sample, Sample]], *, cap: int) -> str:
+    if _rate(idle, lambda s: s.backend_cpu_s) >= BUSY_CORE:
+        return "backend"
+    if _rate(idle, lambda s: s.client_cpu_s) >= BUSY_CORE:
+        return "client"
+    at_cap = sum(1 for _, cur in idle if cur.in_flight >= cap)
+    return "concurrency cap" if at_cap * 2 >= len(idle) else "client"
+
+
+def summary_line(summary: Mapping[str, Any]) -> str | None:
+    share = summary.get("idle_share")
+    if share is None:
+        return None
+    line = f"model idle {share:.0%} of conversing time with items remaining"
+    line += f", {summary['mean_running']:g} requests running on average"
+    if summary.get("bottleneck"):
+        line += f"; bottleneck: {summary['bottleneck']}"
+    return line
+
+
+class Sampler:
+    """Samples `url` every INTERVAL_S on a daemon thread, appending to `path`."""
+
+    def __init__(
+        self,
+        url: str,
+        path: Path,
+        *,
+        state: Callable[[], tuple[int, int]],
+        backend_pid: Callable[[], int | None] = lambda: None,
+        interval_s: float = INTERVAL_S,
+        file_mode: int = DEFAULT_FILE_MODE,
+    ) -> None:
+        self.url, self.path, self._state, self._backend_pid = url, path, state, backend_pid
+        self._interval, self._mode = interval_s, file_mode
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="haico-model-metrics", daemon=True)
+        self._t0 = time.monotonic()
+        self.samples: list[Sample] = []
+
+    def start(self) -> None:
+        append_line(self.path, (",".join(COLUMNS) + "\n").encode(), mode=self._mode)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def sample_once(self, client: httpx.Client) -> Sample:
+        try:
+            found = parse_metrics(client.get(self.url).text)
+        except httpx.HTTPError:
+            found = {}
+        in_flight, queued = self._state()
+        times = os.times()
+        sample = Sample(
+            t_s=round(time.monotonic() - self._t0, 3),
+            running=found.get("running"),
+            waiting=found.get("waiting"),
+            kv_cache_usage=found.get("kv_cache_usage"),
+            prompt_tokens=found.get("prompt_tokens"),
+            generation_tokens=found.get("generation_tokens"),
+            in_flight=in_flight,
+            queued=queued,
+            backend_cpu_s=cpu_seconds(self._backend_pid()),
+            client_cpu_s=round(times.user + times.system, 3),
+        )
+        self.samples.append(sample)
+        append_line(self.path, csv_line(sample), mode=self._mode)
+        return sample
+
+    def _run(self) -> None:
+        """One sample at once, then one each interval until stopped."""
+        with httpx.Client(timeout=self._interval, trust_env=False) as client:
+            while True:
+                try:
+                    self.sample_once(client)
+                except OSError:
+                    return  # the run directory went away: the run is ending
+                if self._stop.wait(self._interval):
+                    return

@@ -1,0 +1,122 @@
+"""An arm run's timeline and its model-metrics sampler, fed by the run's phases (`ArmRun`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_haico.ledger.rundir import RunClaim
+from pytest_haico.ledger.timeline import Timeline, job_section, shares_line
+from pytest_haico.runner.model_metrics import FILE_NAME, Sampler, summarise, summary_line
+
+if TYPE_CHECKING:
+    from pytest_haico.ledger.records import LedgerRecord
+    from pytest_haico.runner.arm_conversations import ArmConversations
+    from pytest_haico.runner.arm_request import ArmRunRequest
+    from pytest_haico.runner.stack_life import RunStack
+
+_log = logging.getLogger(__name__)
+
+
+class RunTimeline:
+    """`runs/<run_id>/timeline.json` and `model-metrics.csv` of one arm run."""
+
+    def __init__(
+        self, request: ArmRunRequest, claim: RunClaim, conversations: ArmConversations
+    ) -> None:
+        self._cap = request.concurrency
+        self._conversations = conversations
+        self._run_dir: Path = claim.path
+        self._mode = request.recorder.file_mode
+        self._sampler: Sampler | None = None
+        self.summary: dict[str, Any] | None = None
+        self.timeline = Timeline(
+            claim.path,
+            run_id=claim.run_id,
+            campaign=getattr(request.recorder, "campaign", ""),
+            arm=request.arm.name,
+            session=f"{socket.gethostname()}:{os.getpid()}",
+            job=job_section(os.environ),
+            file_mode=self._mode,
+        )
+
+    def start(self, phase: str) -> None:
+        self.timeline.start(phase)
+
+    def end(self, phase: str) -> None:
+        if phase in self.timeline.doc["phases"] or phase != "drain":
+            self.timeline.end(phase)
+
+    def stack_started(self, stack: RunStack) -> None:
+        """The stack is healthy: each service's launch and health, from its timings."""
+        began = self.timeline.doc["phases"]["stack"]["start"]
+        for name, timing in stack.timings.items():
+            self.timeline.service(
+                name, started=began + timing.launched, healthy=began + timing.ready
+            )
+        self.timeline.end("stack")
+
+    def sample(self, stack: RunStack) -> None:
+        """Start sampling the model server's /metrics (the conversations are about to run)."""
+        conversations = self._conversations
+
+        def backend_pid() -> int | None:
+            process = stack.processes.get("backend")
+            return process.pid if process is not None else None
+
+        self._sampler = Sampler(
+            f"{stack.llm_url}/metrics",
+            self._run_dir / FILE_NAME,
+            state=lambda: (conversations.in_flight, conversations.queued),
+            backend_pid=backend_pid,
+            file_mode=self._mode,
+        )
+        try:
+            self._sampler.start()
+        except OSError as exc:
+            _log.warning("haico: the model-metrics sampler did not start: %s", exc)
+            self._sampler = None
+
+    def conversation(self, record: LedgerRecord | None) -> None:
+        if record is None:
+            return
+        start = datetime.fromisoformat(record.started_at).timestamp()
+        end = datetime.fromisoformat(record.finished_at).timestamp()
+        self.timeline.conversation(start=start, end=end)
+
+    def drain(self, cause: str, *, signal: str | None = None) -> None:
+        """The run began draining: noted in memory only (this may run in a signal handler,
+        which must not write files); the next phase change writes it."""
+        self.timeline.drain(cause, signal=signal, write=False)
+
+    def draining(self, breaker_tripped: bool) -> None:
+        """The run is stopping: a drain not caused yet is the breaker's or the stop's."""
+        self.timeline.drain("breaker" if breaker_tripped else "stopped")
+
+    def stop_sampling(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is None:
+            return
+        sampler.stop()
+        self.summary = summarise(sampler.samples, cap=self._cap)
+        self.timeline.model(self.summary)
+
+    @property
+    def model_line(self) -> str | None:
+        """The summary's line on the model's utilisation (and bottleneck), or None."""
+        return summary_line(self.summary) if self.summary is not None else None
+
+    def exit(self, code: int) -> None:
+        self.timeline.exit(code)
+
+    def lines(self) -> list[str]:
+        """The summary's lines: where the allocation went, the model's utilisation."""
+        lines = [shares_line(self.timeline.doc)]
+        if self.model_line is not None:
+            lines.append(self.model_line)
+        lines.append(f"timeline:    {self.timeline.path}")
+        return lines

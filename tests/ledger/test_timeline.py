@@ -1,0 +1,93 @@
+"""The run's timeline: written whole at every phase change, shares of the allocation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.ledger.timeline import Timeline, job_section, shares
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _timeline(tmp_path: Path, clock: Clock, job: dict[str, object] | None = None) -> Timeline:
+    return Timeline(tmp_path, run_id="r1", campaign="c", arm="a", session="s", job=job, clock=clock)
+
+
+def test_the_file_exists_from_the_start_and_follows_each_phase(tmp_path: Path) -> None:
+    clock = Clock()
+    timeline = _timeline(tmp_path, clock)
+    doc = json.loads((tmp_path / "timeline.json").read_text())
+    assert doc["schema"] == 1 and doc["run_id"] == "r1" and doc["phases"] == {}
+    timeline.start("static_gates")
+    clock.now = 1002.0
+    timeline.end("static_gates")
+    doc = json.loads((tmp_path / "timeline.json").read_text())
+    assert doc["phases"]["static_gates"] == {"start": 1000.0, "end": 1002.0}
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_conversations_widen_conversing_and_the_first_drain_cause_wins(tmp_path: Path) -> None:
+    clock = Clock()
+    timeline = _timeline(tmp_path, clock)
+    timeline.conversation(start=1010.0, end=1020.0)
+    timeline.conversation(start=1005.0, end=1015.0)
+    timeline.drain("walltime")
+    timeline.drain("signal", signal="SIGTERM")
+    phases = json.loads(timeline.path.read_text())["phases"]
+    assert phases["conversing"] == {"first_start": 1005.0, "last_end": 1020.0}
+    assert phases["drain"]["cause"] == "walltime"
+
+
+def test_an_unknown_phase_or_cause_is_refused(tmp_path: Path) -> None:
+    timeline = _timeline(tmp_path, Clock())
+    with pytest.raises(ValueError, match="unknown phase"):
+        timeline.start("lunch")
+    with pytest.raises(ValueError, match="drain cause"):
+        timeline.drain("boredom")
+
+
+def test_job_section_comes_from_slurms_environment() -> None:
+    assert job_section({}) is None
+    env = {"SLURM_JOB_ID": "42", "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_START_TIME": "900"}
+    assert job_section(env, queued_at=800.0) == {
+        "id": "42",
+        "gpus": 4,
+        "queued_at": 800.0,
+        "started_at": 900.0,
+    }
+    assert job_section({"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1"})["gpus"] == 2  # type: ignore[index]
+
+
+def test_shares_of_the_allocation(tmp_path: Path) -> None:
+    clock = Clock()
+    timeline = _timeline(tmp_path, clock, job={"id": "1", "gpus": 2, "started_at": 1000.0})
+    timeline.start("stack")
+    clock.now = 1010.0
+    timeline.end("stack")
+    timeline.conversation(start=1010.0, end=1070.0)
+    clock.now = 1070.0
+    timeline.start("drain")
+    clock.now = 1080.0
+    timeline.end("drain")
+    timeline.start("final_dump")
+    clock.now = 1100.0
+    timeline.end("final_dump")
+    timeline.exit(0)
+    got = shares(json.loads(timeline.path.read_text()))
+    assert got["allocation_s"] == 100.0
+    assert got["gpu_hours"] == pytest.approx(200 / 3600)
+    assert (got["starting"], got["conversing"], got["draining"], got["dumping"]) == (
+        0.1,
+        0.6,
+        0.1,
+        0.2,
+    )
