@@ -20,7 +20,7 @@ SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for na
 ALLOWED: dict[str, set[str]] = {
     "config": set(),
     "ledger": {"config"},
-    "driver": {"config", "ledger.records", "ledger.verdicts"},
+    "driver": {"config", "ledger.records", "ledger.times", "ledger.verdicts"},
     "stack": {"config"},
     "slurm": {"config"},
     # Gate gpu_check runs the cluster's GPU check (`site`).

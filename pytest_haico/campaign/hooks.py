@@ -31,7 +31,7 @@ from pytest_haico.errors import (
     ResultsError,
     StackError,
 )
-from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder, utc_now
+from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.ledger.records import ErrorInfo
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.arm_runs import ArmRuns
@@ -214,7 +214,7 @@ class CampaignPlugin:
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
         state = item.stash.get(ATTEMPT_KEY, None)
         if state is not None:
-            state.started_at = utc_now()
+            state.clock.start()
         try:
             return (yield)
         except (KeyboardInterrupt, pytest.exit.Exception) as exc:

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from pytest_haico.driver.sse import SSEDecoder
 from pytest_haico.driver.transcripts import TranscriptWriter
 from pytest_haico.errors import WireError
 from pytest_haico.ledger.records import ErrorInfo, TurnRecord
+from pytest_haico.ledger.times import AttemptTimes, Stopwatch
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
 
@@ -52,11 +53,21 @@ class ConversationResult:
     verdict: Verdict
     turns: tuple[TurnRecord, ...]
     error: ErrorInfo | None
-    started_at: datetime
-    finished_at: datetime
-    duration_s: float
+    times: AttemptTimes  # the conversation's own start and monotonic duration
     # Each turn's answer (its final step's text, redacted), one per entry of `turns`.
     answers: tuple[str, ...] = ()
+
+    @property
+    def started_at(self) -> datetime:
+        return self.times.started_at
+
+    @property
+    def finished_at(self) -> datetime:
+        return self.times.finished_at
+
+    @property
+    def duration_s(self) -> float:
+        return self.times.duration_s
 
 
 class ConversationProgress:
@@ -68,8 +79,7 @@ class ConversationProgress:
     """
 
     def __init__(self) -> None:
-        self.started_at: datetime | None = None
-        self._started = 0.0
+        self.clock = Stopwatch()
         self._turns: list[TurnRecord] = []
         self._answers: list[str] = []
         self._findings: list[Finding] = []
@@ -90,10 +100,6 @@ class ConversationProgress:
         findings = [*self._findings, make_finding(Verdict.INTERRUPTED, where)]
         return self._result(findings, turns, answers)
 
-    def _begin(self) -> None:
-        self.started_at = datetime.now(UTC)
-        self._started = time.monotonic()
-
     def _finish_turn(self, state: TurnState, findings: Iterable[Finding], *, answer: str) -> None:
         self._turns.append(state.record())
         self._answers.append(answer)
@@ -113,9 +119,7 @@ class ConversationProgress:
             verdict=verdict,
             turns=tuple(self._turns if turns is None else turns),
             error=error,
-            started_at=self.started_at or datetime.now(UTC),
-            finished_at=datetime.now(UTC),
-            duration_s=time.monotonic() - self._started,
+            times=self.clock.read(),
             answers=tuple(self._answers if answers is None else answers),
         )
 
@@ -199,7 +203,7 @@ class _Conversation:
         transcript_path: Path,
         header: Mapping[str, Any] | None = None,
     ) -> ConversationResult:
-        self.progress._begin()
+        self.progress.clock.start()
         self.transcript = TranscriptWriter(transcript_path, redactor=self.redactor, header=header)
         try:
             await self._run_turns(script, thread_id)

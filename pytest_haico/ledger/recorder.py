@@ -7,7 +7,6 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -35,16 +34,13 @@ from pytest_haico.ledger.rundir import (
     job_part,
     remove_run_dir,
 )
+from pytest_haico.ledger.times import AttemptTimes, Stopwatch
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import PLACEHOLDER, Redactor
 
 # Error messages are capped in the ledger, after redaction (a cut secret would survive it).
 MAX_MESSAGE = 2000
 _WHOLE = Shard(0, 1)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(eq=False)
@@ -57,7 +53,9 @@ class ItemAttempt:
     spec: ItemSpec
     nodeid: str
     attempt: int
-    started_at: datetime | None = None
+    # The attempt's pytest start (its protocol hook's): the times of a record that holds
+    # no conversation. A conversation's record has the conversation's own times.
+    clock: Stopwatch = field(default_factory=Stopwatch)
     recorded: Verdict | None = field(default=None)
 
 
@@ -151,16 +149,14 @@ class Recorder:
         *,
         turns: Iterable[TurnRecord] = (),
         error: ErrorInfo | None = None,
-        started_at: datetime | None = None,
-        finished_at: datetime | None = None,
-        duration_s: float | None = None,
+        times: AttemptTimes | None = None,
         in_flight_at_start: int = 0,
     ) -> LedgerRecord | None:
         """Append the attempt's record unless it already has one; return what was written.
 
-        `started_at`, `finished_at` and `duration_s` are what the conversation measured (its
-        duration on the monotonic clock); without them the attempt's pytest start, now, and
-        their difference. A duration is never negative.
+        `times` are what the conversation measured; without them the span from the
+        attempt's pytest start (`state.clock`) to now. The record's `started_at`,
+        `finished_at` and `duration_s` are that one span's (see `ledger.times`).
 
         The attempt counts as recorded once the record is fsynced. Raises
         `LedgerWriteError` when it could not be; `write_failure` keeps the first.
@@ -175,10 +171,7 @@ class Recorder:
             if error is not None:
                 message = redactor.redact(error.message)[:MAX_MESSAGE]
                 error = ErrorInfo(kind=error.kind, message=message)
-            finished = finished_at or utc_now()
-            started = started_at or state.started_at or finished
-            if duration_s is None:
-                duration_s = (finished - started).total_seconds()
+            times = times or state.clock.read()
             record = LedgerRecord(
                 run_id=self._claim_locked(spec.arm.name).run_id,
                 campaign=self.campaign,
@@ -192,9 +185,9 @@ class Recorder:
                 attempt=state.attempt,
                 outcome=verdict.outcome,
                 verdict=verdict,
-                started_at=started.isoformat(timespec="microseconds"),
-                finished_at=finished.isoformat(timespec="microseconds"),
-                duration_s=round(max(duration_s, 0.0), 6),
+                started_at=times.started_at.isoformat(timespec="microseconds"),
+                finished_at=times.finished_at.isoformat(timespec="microseconds"),
+                duration_s=round(times.duration_s, 6),
                 in_flight_at_start=in_flight_at_start,
                 model_identity=parse_model_identity(spec.model_identity),
                 backend_identity=parse_backend_identity(spec.backend_identity),

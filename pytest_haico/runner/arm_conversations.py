@@ -8,13 +8,13 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from pytest_haico.driver.conversation import ConversationProgress, ConversationResult
 from pytest_haico.errors import LedgerWriteError, StackError
 from pytest_haico.ledger.recorder import ItemAttempt
 from pytest_haico.ledger.records import ErrorInfo
+from pytest_haico.ledger.times import AttemptTimes
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_request import ArmRunRequest
@@ -252,16 +252,14 @@ class ArmConversations:
     ) -> Conversation:
         result = outcome if isinstance(outcome, ConversationResult) else self._failed(outcome)
         try:
-            # The conversation's own times: the item's pytest hooks may set the state's
-            # start on the main thread while this thread records (a negative duration).
+            # The conversation's own times, not the attempt's pytest start: the conversation
+            # may have run ahead of pytest reaching its item (a negative duration, once).
             record = self._request.recorder.record(
                 state,
                 result.verdict,
                 turns=result.turns,
                 error=result.error,
-                started_at=result.started_at,
-                finished_at=result.finished_at,
-                duration_s=result.duration_s,
+                times=result.times,
                 in_flight_at_start=in_flight,
             )
         except LedgerWriteError as exc:
@@ -275,7 +273,6 @@ class ArmConversations:
         return Conversation(spec=state.spec, result=result, record=record, transcript=transcript)
 
     def _failed(self, exc: BaseException) -> ConversationResult:
-        now = datetime.now(UTC)
         kind = "interrupted" if isinstance(exc, asyncio.CancelledError) else "harness"
         verdict = Verdict.INTERRUPTED if kind == "interrupted" else Verdict.INFRA_ERROR
         message = self._redactor.redact(f"{type(exc).__name__}: {exc}")
@@ -283,9 +280,7 @@ class ArmConversations:
             verdict=verdict,
             turns=(),
             error=ErrorInfo(kind=kind, message=message),
-            started_at=now,
-            finished_at=now,
-            duration_s=0.0,
+            times=AttemptTimes.instant(),
         )
 
     def _require_runner(self) -> Runner[ItemAttempt, ConversationResult, Conversation]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_haico.stack.request import BackendCommand, ModelEndpoint, StackRequest
@@ -16,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_haico.ledger.recorder import ItemAttempt
     from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, TurnRecord
     from pytest_haico.ledger.rundir import ArmPaths, RunClaim
+    from pytest_haico.ledger.times import AttemptTimes
     from pytest_haico.ledger.verdicts import Verdict
     from pytest_haico.redact import Redactor
     from pytest_haico.runner.breaker import CircuitBreaker
@@ -44,9 +44,7 @@ class RunRecorder(Protocol):
         *,
         turns: Iterable[TurnRecord] = (),
         error: ErrorInfo | None = None,
-        started_at: datetime | None = None,
-        finished_at: datetime | None = None,
-        duration_s: float | None = None,
+        times: AttemptTimes | None = None,
         in_flight_at_start: int = 0,
     ) -> LedgerRecord | None: ...
 

@@ -8,7 +8,6 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Script, ScriptSource
@@ -19,6 +18,7 @@ from pytest_haico.gates.result import GateResult, passed
 from pytest_haico.ledger.recorder import ItemAttempt
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, TurnRecord
 from pytest_haico.ledger.rundir import ArmPaths, RunClaim
+from pytest_haico.ledger.times import AttemptTimes
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_request import ArmRunRequest
@@ -151,14 +151,11 @@ class FakeChannel:
                 await asyncio.Event().wait()
         finally:
             self.conversing -= 1
-        now = datetime.now(UTC)
         return ConversationResult(
             verdict=self.verdict,
             turns=(),
             error=self.error,
-            started_at=now,
-            finished_at=now,
-            duration_s=0.0,
+            times=AttemptTimes.instant(),
         )
 
     async def model_server_answers(self) -> bool:
@@ -233,9 +230,7 @@ class FakeRecorder:
         *,
         turns: Iterable[TurnRecord] = (),
         error: ErrorInfo | None = None,
-        started_at: datetime | None = None,
-        finished_at: datetime | None = None,
-        duration_s: float | None = None,
+        times: AttemptTimes | None = None,
         in_flight_at_start: int = 0,
     ) -> LedgerRecord | None:
         with self._lock:
