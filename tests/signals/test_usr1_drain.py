@@ -3,6 +3,7 @@ the final dump is written while Postgres is up, the stack stops, exit 75 in both
 
 from __future__ import annotations
 
+import json
 import signal
 from collections import Counter
 
@@ -46,6 +47,11 @@ def test_usr1_lets_the_conversations_in_flight_finish_and_starts_nothing_new(
     (final,) = dumps(run_path, "final")
     assert restorable(final)
     assert services_alive(run_path) == []
+    # The timeline names the drain's cause and the exit the job ended with.
+    timeline = json.loads((run_path / "timeline.json").read_text())
+    drain = timeline["phases"]["drain"]
+    assert (drain["cause"], drain["signal"], timeline["exit"]["code"]) == ("signal", "SIGUSR1", 75)
+    assert drain["start"] <= timeline["phases"]["conversing"]["last_end"] <= drain["end"]
 
     # Resubmitting the same command finishes the rest, and nothing twice.
     again = campaign.run_subprocess("--haico-exit", "campaign")
