@@ -16,6 +16,10 @@ cut to now (`scontrol update EndTime=`: the TIMEOUT a walltime too short for the
 gives; a walltime merely short is no TIMEOUT, as the job's USR1 300 s ahead, its drain and
 the walltime gate end it 75 first). No other command is run for the campaign. It stops when
 the loop ends, or at `--bound` minutes (then the loop is stopped and the jobs cancelled).
+A share (an arm's array index) that met k faults is spared its next task's first k x
+`--spare` seconds (20): without that, a campaign's last task meets every fault, and on a
+loaded machine, where a stack's start takes about as long as the interval, it is faulted
+before it converses, round after round (a fault rate no cluster has).
 
 It prints the items with exactly one terminal record, lost and duplicated items, the share
 of conversation time redone (formula printed), jobs, rounds, every task's end state, the
@@ -206,13 +210,21 @@ def _inject_until_done(
     low, high = options.every
     deadline = began + options.bound * 60
     next_fault = time.monotonic() + rng.uniform(low, high)
+    hits: Counter[str] = Counter()
     while loop.poll() is None:
         if time.monotonic() > deadline:
             notes.append(f"the bound ({options.bound:g} min) stopped the loop")
             return
         watch.poll()
         if time.monotonic() >= next_fault:
-            fault = inject(cluster, watch, rng, at_s=time.monotonic() - began)
+            fault = inject(
+                cluster,
+                watch,
+                rng,
+                at_s=time.monotonic() - began,
+                hits=hits,
+                spare_s=options.spare,
+            )
             faults.append(fault)
             print(f"fault {len(faults)}: {fault.line()}", flush=True)
             with open(log / "faults.jsonl", "a") as out:
@@ -355,6 +367,12 @@ def main() -> None:
     parser.add_argument("--time", default="00:08:00", help="the arms' walltime")
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--every", type=_interval, default=(15.0, 25.0), help="seconds, 15-25")
+    parser.add_argument(
+        "--spare",
+        type=float,
+        default=20.0,
+        help="a share that met k faults is spared its next task's first k x SPARE seconds",
+    )
     parser.add_argument("--bound", type=float, default=60.0, help="minutes until it gives up")
     parser.add_argument("--cluster", type=Path, help="a running private cluster's directory")
     parser.add_argument("--keep", type=Path, help="write the project here and keep it")

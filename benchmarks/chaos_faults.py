@@ -7,9 +7,11 @@ import os
 import random
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
+from pytest_haico.slurm.timelimits import parse_time_limit
 from tests.slurm.cluster import SlurmCluster
 
 # A fault and what it does to one running task (README "Batch jobs" says how each ends).
@@ -74,6 +76,16 @@ class JobWatch:
     def running(self) -> list[str]:
         return sorted(t for t, f in self._tasks.items() if f.get("JobState") == "RUNNING")
 
+    def run_seconds(self, task: str) -> float:
+        """How long the task has run, as the controller said at the last poll."""
+        return parse_time_limit(self._tasks[task].get("RunTime", "0")) or 0.0
+
+    def share(self, task: str) -> str:
+        """The arm and array index a task runs (``chaos0.work_1``), the same in every round:
+        job names are ``haico.<campaign>.<submission>.<stage or round>.<arm>``."""
+        arm = ".".join(self.name(task).split(".")[4:])
+        return f"{arm}_{self._tasks[task].get('ArrayTaskId', '0')}"
+
     def busy(self) -> list[str]:
         return sorted(t for t, f in self._tasks.items() if f.get("JobState") in _BUSY)
 
@@ -115,13 +127,31 @@ def pytest_pid(cluster: SlurmCluster, job_id: str) -> int | None:
     return None
 
 
-def inject(cluster: SlurmCluster, watch: JobWatch, rng: random.Random, *, at_s: float) -> Fault:
-    """One fault of a random kind to a random running task."""
+def inject(
+    cluster: SlurmCluster,
+    watch: JobWatch,
+    rng: random.Random,
+    *,
+    at_s: float,
+    hits: Counter[str],
+    spare_s: float,
+) -> Fault:
+    """One fault of a random kind to a random running task, sparing a task whose share met
+    k faults before its first k x `spare_s` seconds (`hits` counts them and is updated)."""
     kind = rng.choice(sorted(FAULTS))
-    running = watch.running()
+    tasks = watch.running()
+    running = [t for t in tasks if watch.run_seconds(t) >= hits[watch.share(t)] * spare_s]
     if not running:
-        return Fault(at_s, kind, "", "", None, False, "no task running")
+        why = "no task running" + (" that is not spared" if tasks else "")
+        return Fault(at_s, kind, "", "", None, False, why)
     task = rng.choice(running)
+    fault = _hit(cluster, watch, task, kind, at_s=at_s)
+    if fault.hit:
+        hits[watch.share(task)] += 1
+    return fault
+
+
+def _hit(cluster: SlurmCluster, watch: JobWatch, task: str, kind: str, *, at_s: float) -> Fault:
     name = watch.name(task)
     if kind in _PYTEST_SIGNALS:
         pid = pytest_pid(cluster, watch.job_id(task))
