@@ -27,7 +27,7 @@ MARKERS = (
     '`pytest -m "not slow"` is the fast loop',
     "stack: starts real services (Postgres, the stand-ins, a profile's stack); implies slow",
     "slurm: needs real Slurm daemons (skipped with a reason where Slurm is absent); implies slow",
-    "subprocess: runs pytest in a subprocess (a campaign, a signal, a kill); implies slow",
+    "subprocess: runs a child process (pytest, a batch script, the haico command); implies slow",
     "postgres: needs a real PostgreSQL server binary",
     "vllm: needs the real-vLLM tier (python3 tests/vllm/setup_tier.py; skipped with a reason "
     "where absent); implies slow",
@@ -50,12 +50,20 @@ FOLDER_MARKS = {
     "integration": "stack",
     "vllm": "stack",
 }
-# How a test runs pytest in a subprocess: pytester's and the harness's methods.
+# How a test runs a child process: pytester's and the harness's methods, and the standard
+# library's.
 SUBPROCESS_METHODS = frozenset(
     {"runpytest_subprocess", "run_subprocess", "run_on_terminal", "start_pytest"}
 )
-# The harness's background run (`campaign.start(...)`); `start` alone names too much.
-BACKGROUND_RUN = ("campaign", "start")
+SUBPROCESS_CALLS = frozenset(
+    {
+        ("subprocess", name)
+        for name in ("run", "Popen", "call", "check_call", "check_output", "getoutput")
+    }
+    | {("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
+    # The harness's background run (`campaign.start(...)`); `start` alone names too much.
+    | {("campaign", "start")}
+)
 FINER_MARKS = frozenset({"stack", "slurm", "subprocess", "vllm"})
 
 
@@ -99,7 +107,7 @@ def _mark(item: pytest.Item) -> None:
     if folder in FOLDER_MARKS:
         marks.add(FOLDER_MARKS[folder])
     marked = {mark.name for mark in item.iter_markers()}  # `vllm` comes with a parameter
-    if not (marks | marked) & FINER_MARKS and _runs_pytest_in_a_subprocess(item):
+    if not (marks | marked) & FINER_MARKS and _runs_a_child_process(item):
         marks.add("subprocess")
     if (marks | marked) & FINER_MARKS:
         marks.add("slow")
@@ -107,16 +115,22 @@ def _mark(item: pytest.Item) -> None:
         item.add_marker(name)
 
 
-def _runs_pytest_in_a_subprocess(item: pytest.Item) -> bool:
-    """Whether the test function, or a function of its module that it calls, calls one of
-    the `SUBPROCESS_METHODS` or `campaign.start`, or runs `python -m pytest`."""
+def _runs_a_child_process(item: pytest.Item) -> bool:
+    """Whether the test function, a fixture of its module that it uses, or a function of
+    its module that they call, calls one of the `SUBPROCESS_METHODS` or `SUBPROCESS_CALLS`,
+    or runs `python -m pytest`."""
     function = getattr(item, "function", None)
     module = inspect.getmodule(function) if function is not None else None
     if function is None or module is None or module.__file__ is None:
         return False
     functions = _functions_of(Path(module.__file__))
-    name = function.__name__
-    return name in functions and _calls_a_subprocess(functions, name, seen=set())
+    used = [function.__name__, *getattr(item, "fixturenames", ())]
+    seen: set[str] = set()
+    return any(
+        _calls_a_subprocess(functions, name, seen=seen)
+        for name in used
+        if name in functions and name not in seen
+    )
 
 
 @functools.cache
@@ -130,6 +144,8 @@ def _functions_of(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDe
 def _calls_a_subprocess(
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], name: str, *, seen: set[str]
 ) -> bool:
+    """Whether function `name` calls one of `SUBPROCESS_METHODS` or `SUBPROCESS_CALLS`, or runs
+    `python -m pytest`, itself or through a function of `functions` that it calls."""
     seen.add(name)
     for node in ast.walk(functions[name]):
         if isinstance(node, ast.Call | ast.List | ast.Tuple) and _names_python_m_pytest(node):
@@ -139,7 +155,7 @@ def _calls_a_subprocess(
         called = node.func
         if isinstance(called, ast.Attribute):
             receiver = called.value.id if isinstance(called.value, ast.Name) else None
-            if called.attr in SUBPROCESS_METHODS or (receiver, called.attr) == BACKGROUND_RUN:
+            if called.attr in SUBPROCESS_METHODS or (receiver, called.attr) in SUBPROCESS_CALLS:
                 return True
         elif isinstance(called, ast.Name):
             if called.id in SUBPROCESS_METHODS:

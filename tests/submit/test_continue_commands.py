@@ -10,7 +10,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.submit.campaign import Campaign, matches
+
+# Every `campaign.haico(...)` is a real `haico` process.
+pytestmark = pytest.mark.subprocess
 
 
 def _smoke_then_full(campaign: Campaign) -> None:

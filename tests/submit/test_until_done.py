@@ -16,6 +16,9 @@ from pytest_haico.submit.jobs import Request
 from pytest_haico.submit.until_done import FINISHED, STOPPED, until_done
 from tests.submit.campaign import REPO, Campaign, matches
 
+# The submissions these loops continue are made by real `haico submit` processes.
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture
 def smoke(campaign: Campaign, monkeypatch: pytest.MonkeyPatch) -> Campaign:
