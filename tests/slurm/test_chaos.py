@@ -1,6 +1,6 @@
 """The chaos benchmark, small (one arm, 40 items of 2 turns over two tasks, a fault every
-20-30 s, about 6 minutes), on the session's real Slurm: a campaign under random faults finished by
-`haico continue --until-done` alone, run as `benchmarks/chaos.py` runs for anyone."""
+10-20 s, a few minutes), on the session's real Slurm: a campaign under random faults finished
+by `haico continue --until-done` alone, run as `benchmarks/chaos.py` runs for anyone."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_a_campaign_under_random_faults_finishes_unattended_with_every_item_once
             "--tasks",
             "2",
             "--every",
-            "20-30",
+            "10-20",
             "--seed",
             "20",
             "--bound",
