@@ -20,7 +20,6 @@ from pytest_haico.results.records import (
     Record,
     Results,
     ResultsReadError,
-    damaged_field,
     paused_gc,
 )
 
@@ -114,21 +113,19 @@ def _read_ledger(path: Path, arm_dir: Path, warn: Warn) -> list[Record]:
     try:
         for data, _, number in iter_ledger(path, warn=warn):
             # The fields every property of `Record` reads, in one test.
-            if not (
+            if (
                 type(data.get("item_id")) is str
                 and type(data.get("run_id")) is str
                 and type(data.get("attempt")) is int
                 and type(data.get("verdict")) is str
                 and type(data.get("finished_at")) is str
             ):
+                append(Record(data, path, number, arm_dir))
+            else:
                 warn(
                     f"{path}:{number}: skipped a record without a valid item_id, run_id, "
                     "attempt, verdict or finished_at"
                 )
-            elif (problem := damaged_field(data)) is not None:
-                warn(f"{path}:{number}: skipped a damaged record: {problem}")
-            else:
-                append(Record(data, path, number, arm_dir))
     except UnreadableLedgerError as exc:
         if exc.regular:
             raise ResultsReadError(

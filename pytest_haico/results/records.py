@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,55 +67,6 @@ def require(module: str, extra: str, what: str) -> Any:
         raise MissingExtraError(
             f"{what} needs {module}, which is not installed: pip install 'pytest-haico[{extra}]'"
         ) from None
-
-
-#: A record's optional counts and seconds: what every reader adds, sorts or prints.
-_COUNTS: tuple[str, ...] = ("repeat",)
-_SECONDS: tuple[str, ...] = ("duration_s",)
-_TURN_COUNTS: tuple[str, ...] = ("tokens_in", "tokens_out", "steps", "tool_calls", "tool_errors")
-_TURN_SECONDS: tuple[str, ...] = ("latency_s", "first_event_s")
-
-
-def _bad(value: object, seconds: bool) -> str | None:
-    """Why an optional count (or seconds) value is unusable; None when it is usable."""
-    if value is None:
-        return None
-    if seconds:
-        if type(value) is not int and type(value) is not float:
-            return "not a number"
-        if not math.isfinite(value) or value < 0:
-            return "not a finite number >= 0"
-        return None
-    if type(value) is not int:
-        return "not an integer"
-    return "negative" if value < 0 else None
-
-
-def damaged_field(data: dict[str, Any]) -> str | None:
-    """The first field of a record that a report, a plot or a comparison cannot use
-    (`repeat` not an integer, a turn's `tokens_in` a string, `duration_s` negative or
-    infinite, ...), as "field (value): why"; None for a usable record."""
-    for name in ("stratum", "script"):
-        value = data.get(name)
-        if value is not None and type(value) is not str:
-            return f"{name} ({value!r}): not a string"
-    for names, seconds in ((_COUNTS, False), (_SECONDS, True)):
-        for name in names:
-            if (why := _bad(data.get(name), seconds)) is not None:
-                return f"{name} ({data.get(name)!r}): {why}"
-    turns = data.get("turns")
-    if turns is None:
-        return None
-    if type(turns) is not list:
-        return f"turns ({type(turns).__name__}): not a list"
-    for number, turn in enumerate(turns, 1):
-        if type(turn) is not dict:
-            return f"turn {number}: not an object"
-        for names, seconds in ((_TURN_COUNTS, False), (_TURN_SECONDS, True)):
-            for name in names:
-                if (why := _bad(turn.get(name), seconds)) is not None:
-                    return f"turn {number} {name} ({turn.get(name)!r}): {why}"
-    return None
 
 
 class Record:
