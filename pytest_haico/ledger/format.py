@@ -167,11 +167,12 @@ def iter_ledger(
     A file that cannot be read at all raises `UnreadableLedgerError`; one removed since
     it was listed has no records.
 
-    Two fast paths see a whole line ending in `}` first, when its leading repeat and
-    duration_s are sound (`_sound_leading`). With `resume_fields`, a line
-    `_RESUME_FIELDS` matches yields only schema, item_id, attempt, verdict and
-    finished_at (7x faster than a parse on long records). `consumed` sees it before:
-    when it returns True the caller has read the line itself and it is not parsed here.
+    Two fast paths see a whole line ending in `}` first. With `resume_fields`, a line
+    `_RESUME_FIELDS` matches, with a repeat and duration_s `sound_leading` passes,
+    yields only schema, item_id, attempt, verdict and finished_at (7x faster than a
+    parse on long records). `consumed` sees it before: when it returns True the caller
+    has read the line itself and it is not parsed here; it must take only lines whose
+    repeat and duration_s `sound_leading` passes, so that it skips what the parse does.
     """
     try:
         # Non-blocking: opening a FIFO for reading would wait for a writer for ever.
@@ -218,12 +219,10 @@ def _iter_records(
     fast = resume_fields or consumed is not None
     for number, raw in enumerate(handle, 1):
         if fast and raw.endswith(b"}\n"):
-            if consumed is not None:
-                leading = _DAMAGE_LEADING.match(raw)
-                if leading is not None and _sound_leading(*leading.groups()) and consumed(raw):
-                    continue
+            if consumed is not None and consumed(raw):
+                continue
             fields = _RESUME_FIELDS.match(raw) if resume_fields else None
-            if fields is not None and _sound_leading(fields[3], fields[7]):
+            if fields is not None and sound_leading(fields[3], fields[7]):
                 schema, item_id, _, attempt, verdict, finished_at, _ = fields.groups()
                 data = {
                     "schema": int(schema),
@@ -317,14 +316,12 @@ def _unusable(value: object, seconds: bool) -> str | None:
 
 
 # The fast paths check the fields of `damaged_field` that lead a line (stratum and script
-# match as strings; repeat and duration_s here), not the turns: any test of the turns
-# costs as much as the parse the fast paths save (a regex over a 2 kB line takes longer
-# than orjson's parse of it).
-_DAMAGE_LEADING = leading_fields_pattern("repeat", "duration_s")
-
-
-def _sound_leading(repeat: bytes, duration: bytes) -> bool:
-    """Whether `damaged_field` passes a line's leading repeat and duration_s as written."""
+# match as strings; repeat and duration_s by `sound_leading`), not the turns: any test of
+# the turns costs as much as the parse the fast paths save (a regex over a 2 kB line
+# takes longer than orjson's parse of it).
+def sound_leading(repeat: bytes, duration: bytes) -> bool:
+    """Whether `damaged_field` passes a line's leading repeat and duration_s as written
+    (as `leading_fields_pattern` captures them); a fast path takes no other line."""
     if repeat.startswith(b"-"):
         return False
     if duration == b"null":

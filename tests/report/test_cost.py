@@ -589,7 +589,7 @@ def test_lines_as_the_plugin_writes_them_take_the_fast_path() -> None:
     match = item_costs._COST_FIELDS.match(line)
 
     assert match is not None
-    assert match.group(1, 3, 6) == (b"long", b"recursion_limit", b"12.5")
+    assert match.group(1, 4, 7) == (b"long", b"recursion_limit", b"12.5")
 
 
 def test_a_schema_1_line_takes_the_fast_path_and_a_future_schema_does_not(
