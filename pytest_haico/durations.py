@@ -13,6 +13,7 @@ A negative duration (a clock stepped back) reads as 0.
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 Style = Literal["clock", "log", "decimal", "cell"]
@@ -62,3 +63,28 @@ def _two_units(seconds: float, *, minute: str, tenths: bool) -> str:
 def _one_unit(seconds: float, ranges: _OneUnit) -> str:
     _, unit, symbol, decimals = next(r for r in ranges if seconds < r[0])
     return f"{seconds / unit:.{decimals}f} {symbol}"
+
+
+_NO_LIMIT = frozenset({"infinite", "unlimited"})
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+#: What `slurm_limit_seconds` takes, for a message.
+SLURM_TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or 'infinite'"
+
+
+def slurm_limit_seconds(text: str) -> float | None:
+    """Seconds of a limit as `sbatch --time` takes it (`SLURM_TIME_FORMATS`); None for
+    "infinite", "UNLIMITED" or 0 (Slurm reads 0 as no limit); `ValueError` for the rest."""
+    value = text.strip()
+    if value.lower() in _NO_LIMIT:
+        return None
+    match = _SLURM_TIME.fullmatch(value)
+    if match is None:
+        raise ValueError(f"{text!r} is not a Slurm time limit: use {SLURM_TIME_FORMATS}")
+    days, first, second, third = (int(part) if part else 0 for part in match.groups())
+    if match[1] is not None:  # D-HH[:MM[:SS]]
+        seconds = days * DAY + first * HOUR + second * MINUTE + third
+    elif match[4] is not None:  # HH:MM:SS
+        seconds = first * HOUR + second * MINUTE + third
+    else:  # MM[:SS]
+        seconds = first * MINUTE + second
+    return seconds or None

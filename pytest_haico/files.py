@@ -249,6 +249,34 @@ def read_owned_file(path: Path, *, uid: int | None = None, private: bool = False
         return handle.read()
 
 
+class NotAnInputError(ValueError):
+    """An input (an arm file, a script file) that is not a regular file, or over its bound;
+    `problem` says which, as a sentence's end ("is a FIFO, not a regular file")."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path} {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def read_input_file(path: Path, *, max_bytes: int) -> bytes:
+    """The content of the regular file `path` (a symlink to one is followed), if it has at
+    most `max_bytes`; else `NotAnInputError`.
+
+    Opened without waiting for a FIFO's writer and judged by the opened file, so a FIFO,
+    a device or a directory is refused at once instead of blocking the reader forever.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a directory or a device"
+            raise NotAnInputError(path, f"is {kind}, not a regular file")
+        if info.st_size > max_bytes:
+            raise NotAnInputError(path, f"has {info.st_size} bytes, more than {max_bytes}")
+        return handle.read(max_bytes + 1)
+
+
 def describe_filesystem(path: Path) -> str:
     """The file system `path` is on, for a message: its mount point, type, source and device."""
     existing = Path(os.path.abspath(path))

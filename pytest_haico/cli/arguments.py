@@ -4,12 +4,14 @@ them), the campaign directory, and the argument types that refuse a bad value in
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pytest_haico.config.project import project_resolver
 from pytest_haico.config.resolution import Places, Resolver, resolve_places
+from pytest_haico.errors import ConfigError
 
 # The project options' flags, by the noun of the pytest option each stands for.
 PROJECT_FLAGS = {
@@ -52,6 +54,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def bounded_int(maximum: int) -> Callable[[str], int]:
+    """A whole number from 1 to `maximum`."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {maximum}, the bound")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def margin(text: str) -> float:
     try:
         value = float(text)
@@ -79,6 +104,10 @@ def campaign_dir(args: argparse.Namespace, found: Places | None = None) -> Path:
     """A path names the campaign directory; a bare name is under the results root (of
     `found`, else of this command's places)."""
     given = str(args.campaign)
+    if not given.strip():
+        raise ConfigError(
+            "campaign", "", "empty; give the campaign's name, or its directory <results>/<name>"
+        )
     if os.sep in given or given in (".", ".."):
         return Path(given).resolve()
     return ((found or places(args)).results / given).resolve()

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from pytest_haico.cli import arguments
+from pytest_haico.config.bounds import MAX_CONCURRENCY
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,7 +18,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "campaign",
         help="the campaign directory, <results>/<campaign>, or its name under the results root",
     )
-    cost.add_argument("--concurrency", type=arguments.positive_int, help="instead of each arm's")
+    cost.add_argument(
+        "--concurrency",
+        type=arguments.bounded_int(MAX_CONCURRENCY),
+        help=f"instead of each arm's (1 to {MAX_CONCURRENCY})",
+    )
     cost.add_argument(
         "--margin",
         type=arguments.margin,

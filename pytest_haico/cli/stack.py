@@ -31,7 +31,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--backend-image", help="as pytest's --haico-backend-image (cluster profile)")
     up.add_argument(
         "--dump-interval",
-        type=float,
+        type=arguments.seconds,
         default=900.0,
         metavar="SECONDS",
         help="seconds between two pg_dumps (default: 900; 0: only the final one)",

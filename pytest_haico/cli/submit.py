@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_haico.cli import arguments
+from pytest_haico.errors import ConfigError
 from pytest_haico.submit.decisions import DEFAULT_MAX_ROUNDS
 from pytest_haico.submit.until_done import DEFAULT_EVERY_MIN, MAX_BACKOFF, MIN_EVERY_MIN
 
@@ -104,11 +105,19 @@ def run_submit(args: argparse.Namespace) -> int:
     from pytest_haico.submit.inputs import Sources
     from pytest_haico.submit.stages import submit
 
+    if ".." in Path(args.campaign).parts:
+        raise ConfigError(
+            "campaign",
+            "",
+            f"{args.campaign!r} climbs out with '..': a submission writes into the campaign "
+            "directory; give the campaign's name, or its directory without '..'",
+        )
     places = arguments.places(args)
+    campaign = arguments.campaign_dir(args, places)
     sources = Sources.find(places.experiments, cluster_env=places.cluster_env, script=args.sbatch)
     profile = args.profile or ("cluster" if sources.cluster_env is not None else "local")
     return submit(
-        arguments.campaign_dir(args, places),
+        campaign,
         sources,
         args.stage,
         _request(args),

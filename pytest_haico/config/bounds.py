@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from pytest_haico.durations import slurm_limit_seconds
+
 SCRIPT_ID = re.compile(r"^[a-z0-9_.-]+$")
 
 # Bounds: generous for any real campaign, small enough that a typo (an extra 000) is
@@ -30,6 +32,7 @@ MAX_LOAD_S = 3600  # a large model from a shared file system takes tens of minut
 MAX_SEED = 2**32 - 1
 MAX_RATE_LIMIT_RPM = 100_000
 MAX_CPUS = 1024
+MAX_ARM_FILE_BYTES = 1024 * 1024  # an arm is a few dozen keys
 
 
 def not_blank(value: str) -> str:
@@ -51,6 +54,14 @@ Name = Annotated[str, Field(pattern=SCRIPT_ID.pattern, min_length=1, max_length=
 Text = Annotated[str, AfterValidator(not_blank)]
 ParserName = Annotated[str, AfterValidator(_parser_name)]
 Finite = Field(allow_inf_nan=False)
+
+
+def _slurm_time(value: str) -> str:
+    slurm_limit_seconds(value)  # its ValueError names the value and the formats
+    return value
+
+
+SlurmTime = Annotated[str, AfterValidator(not_blank), AfterValidator(_slurm_time)]
 
 ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
 TAG = re.compile(r"^[a-z_][a-z0-9_]*$")

@@ -10,11 +10,15 @@ from typing import Any
 import yaml
 
 from pytest_haico.errors import ConfigError
+from pytest_haico.files import NotAnInputError, read_input_file
 
 # 16 MiB holds about 100,000 short scripts (the item bound). JSONL parses that in a
 # second; pure-Python PyYAML at 0.2-1 MB/s takes minutes, so big generated sets belong
 # in JSONL, and anything larger is a runaway generator rather than a campaign.
 MAX_SCRIPT_FILE_BYTES = 16 * 1024 * 1024
+# A YAML file parses in seconds up to this size (a few thousand scripts); past it, PyYAML
+# would hold collection for minutes (100,000 scripts: over 200 s), so it is refused.
+MAX_YAML_FILE_BYTES = 2 * 1024 * 1024
 SCRIPT_SUFFIXES = frozenset({".yaml", ".yml", ".json", ".jsonl"})
 
 _ONCE = "each key may appear once in a mapping"
@@ -45,6 +49,13 @@ def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
         yield from _iter_jsonl(path, text)
         return
     suffix = path.suffix.lower()
+    if suffix != ".json" and len(text) > MAX_YAML_FILE_BYTES:
+        raise ConfigError(
+            str(path),
+            "",
+            f"the YAML file has {len(text)} characters, more than {MAX_YAML_FILE_BYTES} "
+            "(PyYAML would take minutes): write a generated set as JSONL, one script a line",
+        )
     if not text.strip():
         raise ConfigError(str(path), "", "the file is empty; expected a script mapping or a list")
     try:
@@ -65,16 +76,16 @@ def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _read(path: Path) -> str:
     try:
-        # Checked before reading: a runaway generator's output is refused, not loaded.
-        size = path.stat().st_size
-        if size > MAX_SCRIPT_FILE_BYTES:
-            raise ConfigError(
-                str(path),
-                "",
-                f"the file has {size} bytes; at most {MAX_SCRIPT_FILE_BYTES} per script file: "
-                "split it into several files",
-            )
-        return path.read_bytes().decode("utf-8")
+        # Checked on the opened file: a runaway generator's output is refused, not
+        # loaded, and a FIFO is refused instead of blocking collection.
+        return read_input_file(path, max_bytes=MAX_SCRIPT_FILE_BYTES).decode("utf-8")
+    except NotAnInputError as exc:
+        raise ConfigError(
+            str(path),
+            "",
+            f"the script file {exc.problem}: "
+            "make it a regular file, or split it into several files",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), "", f"cannot read the script file: {exc}") from None
 

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from pytest_haico.config.bounds import (
     ARM_NAME,
+    MAX_ARM_FILE_BYTES,
     MAX_CONCURRENCY,
     MAX_CPUS,
     MAX_GPUS,
@@ -35,6 +36,7 @@ from pytest_haico.config.bounds import (
     Finite,
     Name,
     ParserName,
+    SlurmTime,
     Text,
     not_blank,
 )
@@ -43,6 +45,7 @@ from pytest_haico.config.expect import Expect
 from pytest_haico.config.validation import FieldError as _FieldError
 from pytest_haico.config.validation import describe_validation_error
 from pytest_haico.errors import ConfigError
+from pytest_haico.files import NotAnInputError, read_input_file
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -140,8 +143,8 @@ class SlurmSection(_Section):
     gres: Text | None = None
     cpus_per_task: Annotated[int, Field(ge=1, le=MAX_CPUS)] | None = None
     mem: Text | None = None
-    time: Text | None = None
-    time_per_stratum: dict[Name, Text] = Field(default_factory=dict)
+    time: SlurmTime | None = None
+    time_per_stratum: dict[Name, SlurmTime] = Field(default_factory=dict)
 
     def resource_options(self) -> list[str]:
         """The sbatch options for what the arm asks of a node (the time limit apart)."""
@@ -341,7 +344,14 @@ def load_arm(path: Path) -> Arm:
             f"arm name {path.stem!r} (the file stem) is invalid: use [a-z0-9_.] with inner '-'",
         )
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_input_file(path, max_bytes=MAX_ARM_FILE_BYTES).decode("utf-8")
+        document = tomllib.loads(text)
+    except NotAnInputError as exc:
+        raise ConfigError(
+            str(path),
+            "",
+            f"the arm file {exc.problem}: make it a regular TOML file",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", f"TOML syntax error: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -30,6 +30,7 @@ Imports neither pydantic nor the record model: the results API reads through it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -70,12 +71,17 @@ LEADING_FIELDS: tuple[tuple[str, str], ...] = (
 
 # A value as written, passed over; and captured, a string only when it holds no escape
 # (its bytes are then its value).
+# An int or a number of more digits than any real one is left to the JSON parse.
 _PASSED_OVER = {
-    "int": rb"-?\d+",
+    "int": rb"-?\d{1,18}",
     "str": rb'"[^"\\]*(?:\\.[^"\\]*)*"',
-    "number": rb"(?:-?\d[\d.eE+-]*|null)",
+    "number": rb"(?:-?\d[\d.eE+-]{0,31}|null)",
 }
-_CAPTURED = {"int": rb"(-?\d+)", "str": rb'"([^"\\]*)"', "number": rb"(-?\d[\d.eE+-]*|null)"}
+_CAPTURED = {
+    "int": rb"(-?\d{1,18})",
+    "str": rb'"([^"\\]*)"',
+    "number": rb"(-?\d[\d.eE+-]{0,31}|null)",
+}
 _SCHEMAS_PATTERN = b"|".join(b"%d" % schema for schema in sorted(READABLE_SCHEMAS))
 
 
@@ -137,7 +143,9 @@ class UnreadableLedgerError(ResultsError):
 
 _BUFFER_BYTES = 1 << 20
 # The fields resume decides on.
-_RESUME_FIELDS = leading_fields_pattern("schema", "item_id", "attempt", "verdict", "finished_at")
+_RESUME_FIELDS = leading_fields_pattern(
+    "schema", "item_id", "repeat", "attempt", "verdict", "finished_at", "duration_s"
+)
 
 
 def iter_ledger(
@@ -150,18 +158,21 @@ def iter_ledger(
     """Stream the valid records of one ledger file, warning about every line it skips.
 
     Never raises on content and never writes: a torn last line (a kill mid-write),
-    garbage, a record of an unknown future schema are each skipped with a warning
-    naming the file and the line; every schema in `READABLE_SCHEMAS` is yielded as
-    written (a schema-1 record has no `tags`, `settings` or `expectations`, and string
-    identities). Lines are parsed with orjson when it is installed; a line it refuses
-    (NaN, a lone surrogate) goes to json, so what is read never depends on the extras.
+    garbage, a record of an unknown future schema, a damaged record (`damaged_field`)
+    are each skipped with a warning naming the file and the line; every schema in
+    `READABLE_SCHEMAS` is yielded as written (a schema-1 record has no `tags`,
+    `settings` or `expectations`, and string identities). Lines are parsed with orjson
+    when it is installed; a line it refuses (NaN, a lone surrogate) goes to json, so
+    what is read never depends on the extras.
     A file that cannot be read at all raises `UnreadableLedgerError`; one removed since
     it was listed has no records.
 
     Two fast paths see a whole line ending in `}` first. With `resume_fields`, a line
-    `_RESUME_FIELDS` matches yields only schema, item_id, attempt, verdict and
-    finished_at (7x faster than a parse on long records). `consumed` sees it before:
-    when it returns True the caller has read the line itself and it is not parsed here.
+    `_RESUME_FIELDS` matches, with a repeat and duration_s `sound_leading` passes,
+    yields only schema, item_id, attempt, verdict and finished_at (7x faster than a
+    parse on long records). `consumed` sees it before: when it returns True the caller
+    has read the line itself and it is not parsed here; it must take only lines whose
+    repeat and duration_s `sound_leading` passes, so that it skips what the parse does.
     """
     try:
         # Non-blocking: opening a FIFO for reading would wait for a writer for ever.
@@ -211,8 +222,8 @@ def _iter_records(
             if consumed is not None and consumed(raw):
                 continue
             fields = _RESUME_FIELDS.match(raw) if resume_fields else None
-            if fields is not None:
-                schema, item_id, attempt, verdict, finished_at = fields.groups()
+            if fields is not None and sound_leading(fields[3], fields[7]):
+                schema, item_id, _, attempt, verdict, finished_at, _ = fields.groups()
                 data = {
                     "schema": int(schema),
                     "item_id": item_id.decode(),
@@ -240,7 +251,85 @@ def _iter_records(
         if type(schema) is not int or schema not in READABLE_SCHEMAS:
             warn(f"{path}:{number}: skipped {_unknown_schema(schema)}")
             continue
+        if (problem := damaged_field(data)) is not None:
+            warn(f"{path}:{number}: skipped a damaged record: {problem}")
+            continue
         yield RawRecord(data, path, number)
+
+
+# -- Damaged records ---------------------------------------------------------------------
+# A record's optional counts and seconds: what the readers add, sort, plot or print.
+_TURN_COUNTS = ("tokens_in", "tokens_out", "steps", "tool_calls", "tool_errors")
+_TURN_SECONDS = ("latency_s", "first_event_s")
+
+
+def damaged_field(data: dict[str, Any]) -> str | None:
+    """The first field of a record that a reader cannot use (`repeat` not an integer, a
+    turn's `tokens_in` a string, `duration_s` negative or infinite, `turns` no list of
+    objects), as "field (value): why"; None for a usable record. `iter_ledger` skips such
+    a record, so every reader skips it."""
+    for name in ("stratum", "script"):
+        value = data.get(name)
+        if value is not None and type(value) is not str:
+            return f"{name} ({value!r}): not a string"
+    for name, seconds in (("repeat", False), ("duration_s", True)):
+        if (why := _unusable(data.get(name), seconds)) is not None:
+            return f"{name} ({data.get(name)!r}): {why}"
+    turns = data.get("turns")
+    if turns is None:
+        return None
+    if type(turns) is not list:
+        return f"turns ({type(turns).__name__}): not a list"
+    for number, turn in enumerate(turns, 1):
+        if type(turn) is not dict:
+            return f"turn {number}: not an object"
+        for name in _TURN_COUNTS:  # inline tests first: a record has a few per turn
+            value = turn.get(name)
+            if value is not None and (type(value) is not int or value < 0):
+                return f"turn {number} {name} ({value!r}): {_unusable(value, False)}"
+        for name in _TURN_SECONDS:
+            value = turn.get(name)
+            if (
+                value is not None
+                and not (type(value) is float and 0 <= value < math.inf)
+                and (why := _unusable(value, True)) is not None
+            ):
+                return f"turn {number} {name} ({value!r}): {why}"
+    return None
+
+
+def _unusable(value: object, seconds: bool) -> str | None:
+    """Why an optional count (or seconds) value is unusable; None when it is usable."""
+    if value is None:
+        return None
+    if not seconds:
+        if type(value) is not int:
+            return "not an integer"
+        return "negative" if value < 0 else None
+    if type(value) is not int and type(value) is not float:
+        return "not a number"
+    try:
+        usable = 0 <= float(value) < math.inf  # False for NaN
+    except OverflowError:  # an int beyond any float
+        usable = False
+    return None if usable else "not a finite number >= 0"
+
+
+# The fast paths check the fields of `damaged_field` that lead a line (stratum and script
+# match as strings; repeat and duration_s by `sound_leading`), not the turns: any test of
+# the turns costs as much as the parse the fast paths save (a regex over a 2 kB line
+# takes longer than orjson's parse of it).
+def sound_leading(repeat: bytes, duration: bytes) -> bool:
+    """Whether `damaged_field` passes a line's leading repeat and duration_s as written
+    (as `leading_fields_pattern` captures them); a fast path takes no other line."""
+    if repeat.startswith(b"-"):
+        return False
+    if duration == b"null":
+        return True
+    try:
+        return 0 <= float(duration) < math.inf  # False for NaN
+    except ValueError:  # not a JSON number: the parse says what it is
+        return False
 
 
 def _unknown_schema(schema: object) -> str:

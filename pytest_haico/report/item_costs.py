@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_haico.errors import HaicoError
-from pytest_haico.ledger.format import Warn, iter_ledger, leading_fields_pattern
+from pytest_haico.ledger.format import Warn, iter_ledger, leading_fields_pattern, sound_leading
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
 
@@ -25,7 +25,7 @@ class CostError(HaicoError):
 # than a JSON parse of the line. Any other line (torn, hand-edited, another shape, another
 # schema) takes the ledger reader's parse.
 _COST_FIELDS = leading_fields_pattern(
-    "stratum", "item_id", "verdict", "started_at", "finished_at", "duration_s"
+    "stratum", "item_id", "repeat", "verdict", "started_at", "finished_at", "duration_s"
 )
 
 
@@ -127,13 +127,11 @@ class _ArmTally:
     def _consume(self, raw: bytes) -> bool:
         """Count a whole line `_COST_FIELDS` matches; False leaves it to the reader."""
         fields = _COST_FIELDS.match(raw)
-        if fields is None or fields[3] not in _KNOWN:
+        # A damaged repeat or duration_s is left to the reader, which skips the line.
+        if fields is None or fields[4] not in _KNOWN or not sound_leading(fields[3], fields[7]):
             return False
-        stratum, item_id, verdict, started, finished, duration = fields.groups()
-        try:
-            seconds = None if duration == b"null" else float(duration)
-        except ValueError:
-            return False
+        stratum, item_id, _, verdict, started, finished, duration = fields.groups()
+        seconds = None if duration == b"null" else float(duration)
         self._count(stratum, item_id, verdict, started, finished, seconds)
         return True
 

@@ -4,16 +4,12 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from pytest_haico.config.experiment import Arm
-from pytest_haico.durations import DAY, HOUR, MINUTE
+from pytest_haico.durations import MINUTE, slurm_limit_seconds
 from pytest_haico.errors import ConfigError
 from pytest_haico.slurm import client as slurm
-
-_NO_LIMIT = frozenset({"infinite", "unlimited"})
-_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def parse_time_limit(text: str, *, where: str = "a Slurm time limit") -> float | None:
@@ -22,25 +18,10 @@ def parse_time_limit(text: str, *, where: str = "a Slurm time limit") -> float |
 
     Anything else is a `ConfigError` naming the value (`where` names its source).
     """
-    value = text.strip()
-    if value.lower() in _NO_LIMIT:
-        return None
-    match = _TIME.fullmatch(value)
-    if match is None:
-        raise ConfigError(
-            where,
-            "",
-            f"{text!r} is not a Slurm time limit: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
-            "D-HH:MM:SS or 'infinite'",
-        )
-    days, first, second, third = (int(part) if part else 0 for part in match.groups())
-    if match[1] is not None:  # D-HH[:MM[:SS]]
-        seconds = days * DAY + first * HOUR + second * MINUTE + third
-    elif match[4] is not None:  # HH:MM:SS
-        seconds = first * HOUR + second * MINUTE + third
-    else:  # MM[:SS]
-        seconds = first * MINUTE + second
-    return seconds or None
+    try:
+        return slurm_limit_seconds(text)
+    except ValueError as exc:
+        raise ConfigError(where, "", str(exc)) from None
 
 
 def format_time_limit(seconds: float) -> str:
@@ -70,7 +51,7 @@ class Partition:
     def cap_text(self) -> str:
         if self.cap_s is not None:
             return f"cap {format_time_limit(self.cap_s)}"
-        if self.limit.lower() in _NO_LIMIT:
+        if self.limit.strip().lower() in ("infinite", "unlimited"):
             return "no cap"
         if not self.limit:
             return "cap unknown"

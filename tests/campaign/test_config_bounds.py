@@ -211,7 +211,7 @@ def test_a_script_file_above_the_size_bound_is_refused_unread(
 
     monkeypatch.setattr(documents, "MAX_SCRIPT_FILE_BYTES", 1024)
     message = script_error(tmp_path, "id: a\nturns:\n" + "  - user: hi\n" * 100)
-    assert_message(message, "*s.yaml: the file has 1313 bytes; at most 1024 per script file*")
+    assert_message(message, "*s.yaml: the script file has 1313 bytes, more than 1024: *split it*")
 
 
 def test_a_campaign_above_the_item_bound_is_refused_before_its_items_are_built(
@@ -220,7 +220,7 @@ def test_a_campaign_above_the_item_bound_is_refused_before_its_items_are_built(
     (tmp_path / "arms").mkdir()
     (tmp_path / "scripts").mkdir()
     for name in ("one", "two"):
-        (tmp_path / "arms" / f"{name}.toml").write_text("")
+        (tmp_path / "arms" / f"{name}.toml").write_text('description = "x"\n')
     lines = [f'{{"id": "s{i}", "repeats": 1000, "turns": [{{"user": "{i}"}}]}}' for i in range(51)]
     (tmp_path / "scripts" / "all.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError) as caught:

@@ -26,8 +26,32 @@ from pytest_haico.results import load_results
 from tests.campaign.test_ledger import make_record
 from tests.ledger.schema_lines import SCHEMA_1_LINE
 
-# A record whose `duration_s` orjson refuses and json reads: it is still a record.
-NAN_LINE = record_line(make_record("b" * 64)).replace(b'"duration_s":1.0', b'"duration_s":NaN')
+# A record whose `nodeid` (a lone surrogate) orjson refuses and json reads: a record.
+SURROGATE_LINE = record_line(make_record("b" * 64)).replace(b'"t::x"', b'"t::\\ud800"')
+
+
+def _damaged(item: str, written: bytes, damaged: bytes) -> bytes:
+    line = record_line(make_record(item * 64))
+    assert written in line
+    return line.replace(written, damaged)
+
+
+# Records every reader skips as damaged (`damaged_field`), by the parse and the fast paths,
+# with the warning each is worth.
+DAMAGED_LINES = [
+    (_damaged("d", b'"duration_s":1.0', b'"duration_s":NaN'), "duration_s (nan)"),
+    (_damaged("e", b'"duration_s":1.0', b'"duration_s":-1e308'), "duration_s (-1e+308)"),
+    (_damaged("f", b'"duration_s":1.0', b'"duration_s":1e999'), "duration_s (inf)"),
+    (_damaged("1", b'"repeat":0', b'"repeat":"r0"'), "repeat ('r0')"),
+    (_damaged("2", b'"repeat":0', b'"repeat":-1'), "repeat (-1)"),
+    (_damaged("3", b'"stratum":"default"', b'"stratum":5'), "stratum (5)"),
+]
+_WHY = {
+    "duration_s": "not a finite number >= 0",
+    "repeat ('r0')": "not an integer",
+    "repeat (-1)": "negative",
+    "stratum": "not a string",
+}
 FUTURE_LINE = SCHEMA_1_LINE.replace(b'{"schema":1,', b'{"schema":3,')
 
 
@@ -43,7 +67,8 @@ def write_damaged_ledger(ledger_dir: Path) -> tuple[Path, list[str]]:
         FUTURE_LINE,
         b"[1]\n",
         b'{"schema": true, "item_id": "x"}\n',
-        NAN_LINE,
+        SURROGATE_LINE,
+        *(line for line, _ in DAMAGED_LINES),
         record_line(make_record("c" * 64))[:90],  # killed mid-write
     ]
     path.write_bytes(b"".join(lines))
@@ -53,8 +78,11 @@ def write_damaged_ledger(ledger_dir: Path) -> tuple[Path, list[str]]:
         "upgrade pytest-haico",
         f"{path}:6: skipped, not a JSON object",
         f"{path}:7: skipped a record without a known schema (True)",
-        f"{path}:9: skipped a torn last line (a kill mid-write?)",
     ]
+    for number, (_, field) in enumerate(DAMAGED_LINES, 9):
+        why = next(why for name, why in _WHY.items() if field.startswith(name))
+        warnings.append(f"{path}:{number}: skipped a damaged record: {field}: {why}")
+    warnings.append(f"{path}:{len(lines)}: skipped a torn last line (a kill mid-write?)")
     return path, warnings
 
 

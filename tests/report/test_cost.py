@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.cli.main import main
 from pytest_haico.errors import ConfigError, ResultsError
 from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
@@ -369,7 +370,7 @@ def test_the_report_names_what_it_cannot_plan_with(tmp_path: Path) -> None:
     write_ledger(campaign, [make_record(i, 2000.0) for i in range(5)])
     write_ledger(campaign, [make_record(i, 60.0) for i in range(5)], arm="gone")
     arms = {
-        "qwen": '[slurm]\npartition = "short"\ntime_per_stratum = {long = "1h"}\n',
+        "qwen": '[slurm]\npartition = "short"\n',
         "llama": '[slurm]\npartition = "huge"\n',
     }
     experiments = write_experiments(tmp_path / "exp", arms, {"long": 6})
@@ -399,9 +400,34 @@ def test_the_report_names_what_it_cannot_plan_with(tmp_path: Path) -> None:
         "  remaining 1 of 6 items (5 done): 1 x 2000.0 s/item / concurrency 8 = 4.2 min of "
         "work; 1 task of 1 item: 33.3 min cap (margin trimmed to fit) + 480 s = "
         "45.0 min/task",
-        "  warning: arms/qwen.toml [slurm] time_per_stratum.long: '1h' is not a Slurm time "
-        "limit: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or 'infinite'",
     ]
+
+
+def test_a_time_limit_slurm_cannot_read_is_refused_naming_the_arm_file_field_and_formats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pytest_haico.slurm.timelimits.read_partitions", lambda: [GPU])
+    campaign = tmp_path / "camp"
+    write_ledger(campaign, [make_record(i, 2000.0) for i in range(5)])
+    arms = {"qwen": '[slurm]\npartition = "short"\ntime_per_stratum = {long = "1h"}\n'}
+    experiments = write_experiments(tmp_path / "exp", arms, {"long": 6})
+    refusal = (
+        f"{experiments / 'arms' / 'qwen.toml'}: slurm.time_per_stratum.long: '1h' is not a "
+        "Slurm time limit: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or 'infinite'"
+    )
+
+    with pytest.raises(ConfigError) as raised:
+        cost_lines(
+            campaign, experiments, concurrency=None, margin=1.5, partitions=[GPU], warn=no_warnings
+        )
+    assert str(raised.value).startswith(refusal)
+
+    # `haico cost` says so in one line, before planning anything, and exits 2.
+    assert main(["cost", str(campaign), "--experiments", str(experiments)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"haico: {refusal}")
+    assert "Traceback" not in captured.err
 
 
 def test_an_arm_on_a_partition_sinfo_does_not_list_is_planned_without_a_cap(
@@ -563,7 +589,7 @@ def test_lines_as_the_plugin_writes_them_take_the_fast_path() -> None:
     match = item_costs._COST_FIELDS.match(line)
 
     assert match is not None
-    assert match.group(1, 3, 6) == (b"long", b"recursion_limit", b"12.5")
+    assert match.group(1, 4, 7) == (b"long", b"recursion_limit", b"12.5")
 
 
 def test_a_schema_1_line_takes_the_fast_path_and_a_future_schema_does_not(
