@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
+from pytest_haico.config.items import submitted_item_specs
+from pytest_haico.config.settings import Profile
 from pytest_haico.durations import DAY, MINUTE, format_duration
 from pytest_haico.errors import ConfigError
 from pytest_haico.report.item_costs import CostError, StratumCost, load_costs
@@ -139,21 +141,30 @@ def cost_lines(
     margin: float,
     partitions: list[Partition] | None,
     warn: Warn,
+    profile: Profile = Profile.LOCAL,
+    site_image: str | None = None,
 ) -> list[str]:
     """The `haico cost` report: a few lines per arm × stratum, every figure with its unit.
 
-    Remaining items are the experiments' items per arm × stratum (each script's repeats)
-    minus the distinct items whose newest record is terminal: an estimate, since an edited
-    script's items get new item_ids while the old ones still count as done. `partitions`
-    None means sinfo was unavailable: the plans then have no cap. `concurrency` overrides
-    each arm's `run.concurrency`.
+    The current items are the experiments' items with the ids a `haico submit` job of
+    `profile` gives them (`submitted_item_specs`); remaining items are those minus the
+    current items whose newest record is terminal. Records of other item ids (a script or
+    arm edited since they ran) are stale: neither done nor measured, since an item's id
+    changes exactly when something that makes its result, and so its time, changes.
+    `partitions` None means sinfo was unavailable: the plans then have no cap.
+    `concurrency` overrides each arm's `run.concurrency`.
     """
     if not 1 <= margin < math.inf:
         raise ConfigError("--margin", "", f"must be at least 1 (no margin), got {margin}")
     if concurrency is not None and concurrency < 1:
         raise ConfigError("--concurrency", "", f"must be at least 1, got {concurrency}")
-    costs = load_costs(campaign_dir, warn=warn)
     experiments = load_experiments(experiments_dir) if experiments_dir is not None else None
+    current: dict[str, dict[str, str]] | None = None
+    if experiments is not None:
+        current = {}
+        for spec in submitted_item_specs(experiments, profile, site_image=site_image):
+            current.setdefault(spec.arm.name, {})[spec.item_id] = spec.stratum
+    costs = load_costs(campaign_dir, warn=warn, current=current)
     planned: dict[str, int] = {}
     keys = set(costs)
     if experiments is not None:
@@ -161,7 +172,7 @@ def cost_lines(
             stratum = source.script.stratum
             planned[stratum] = planned.get(stratum, 0) + source.script.repeats
         keys |= {(arm, stratum) for arm in experiments.arms for stratum in planned}
-    lines = _header(campaign_dir, experiments_dir, margin)
+    lines = _header(campaign_dir, experiments_dir, margin, profile)
     if partitions is None:
         lines.append("sinfo unavailable: partition caps unknown, planned without a cap")
     for arm, stratum in sorted(keys):
@@ -177,9 +188,12 @@ def cost_lines(
     return lines
 
 
-def _header(campaign_dir: Path, experiments_dir: Path | None, margin: float) -> list[str]:
+def _header(
+    campaign_dir: Path, experiments_dir: Path | None, margin: float, profile: Profile
+) -> list[str]:
     source = (
-        f"remaining items from {experiments_dir} (an estimate: an edited script's items are new)"
+        f"remaining items from {experiments_dir} (the {profile} profile's item ids: records "
+        "of scripts or arms edited since are stale, not counted)"
         if experiments_dir is not None
         else "no --experiments: remaining items unknown, no array plans"
     )
@@ -216,7 +230,8 @@ def _stratum_lines(
         return [f"{head}: {rate}, {cost.done} done; remaining unknown ({why})", *figures]
     total = planned[cost.stratum]
     remaining = max(0, total - cost.done)
-    progress = f"remaining {remaining} of {total} items ({cost.done} done)"
+    stale = f"; {_many(cost.stale, 'stale item')} not counted" if cost.stale else ""
+    progress = f"remaining {remaining} of {total} items ({cost.done} done{stale})"
     if cost.n < MIN_ITEMS:
         return [
             f"{head}: too few items to project: {cost.n} measured, need {MIN_ITEMS}; "
