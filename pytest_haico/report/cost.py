@@ -8,6 +8,7 @@ CostError                 the report cannot be made (no campaign, no ledgers yet
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ def plan_array(
     concurrency: int,
     partition: Partition | None,
     margin: float = 1.5,
+    min_items: int = MIN_ITEMS,
 ) -> ArrayPlan:
     """The fewest tasks whose share, at the measured cost, fits a bucket of the partition.
 
@@ -87,12 +89,12 @@ def plan_array(
     into the ladder below the partition's cap, or the cap. Work beyond the cap is spread
     over more tasks; a walltime is never below the measured work.
 
-    Callers check `cost.n >= MIN_ITEMS` and `remaining >= 1` first: anything less is a
+    Callers check `cost.n >= min_items` and `remaining >= 1` first: anything less is a
     `ValueError`, as are `concurrency < 1` and `margin < 1`. An item longer than the cap
     leaves for work is an `ItemLongerThanCapError`.
     """
-    if cost.n < MIN_ITEMS or cost.max_s is None:
-        raise ValueError(f"{cost.n} measured items are too few to plan (need {MIN_ITEMS})")
+    if cost.n < max(1, min_items) or cost.max_s is None:
+        raise ValueError(f"{cost.n} measured items are too few to plan (need {min_items})")
     if remaining < 1 or concurrency < 1 or not 1 <= margin < math.inf:
         raise ValueError(f"{remaining=}, {concurrency=} and {margin=} must be at least 1")
     longest, per_item = cost.max_s, cost.per_item_s
@@ -179,6 +181,7 @@ def cost_lines(
         cost = costs.get((arm, stratum)) or StratumCost.from_times(arm, stratum, [], 0)
         lines += _stratum_lines(
             cost,
+            campaign_dir,
             experiments,
             planned,
             concurrency=concurrency,
@@ -208,6 +211,7 @@ def _header(
 
 def _stratum_lines(
     cost: StratumCost,
+    campaign_dir: Path,
     experiments: Experiments | None,
     planned: dict[str, int],
     *,
@@ -232,17 +236,17 @@ def _stratum_lines(
     remaining = max(0, total - cost.done)
     stale = f"; {_many(cost.stale, 'stale item')} not counted" if cost.stale else ""
     progress = f"remaining {remaining} of {total} items ({cost.done} done{stale})"
-    if cost.n < MIN_ITEMS:
-        return [
-            f"{head}: too few items to project: {cost.n} measured, need {MIN_ITEMS}; "
-            "run the smoke stage or pass --time",
-            *figures,
-            f"  {progress}",
-        ]
     if remaining == 0:
         return [f"{head}: all {total} items done, from {cost.n} items: nothing to submit", *figures]
     partition, note = resolve_partition(arm, partitions)
     workers = concurrency if concurrency is not None else arm.run.concurrency
+    if cost.n < MIN_ITEMS:
+        advice = _too_few(cost, campaign_dir, remaining, workers, partition, margin)
+        return [
+            f"{head}: too few items to project: {cost.n} measured, need {MIN_ITEMS}; {advice}",
+            *figures,
+            f"  {progress}",
+        ]
     plan = plan_array(cost, remaining, concurrency=workers, partition=partition, margin=margin)
     where = f"partition {partition.name}" if partition else "the default partition"
     cap = partition.cap_text if partition else "cap unknown"
@@ -273,6 +277,44 @@ def _stratum_lines(
     )
     lines += _configured_time(arm, cost.stratum, plan)
     return lines
+
+
+def submit_command(campaign_dir: Path, stage: str, arm: str, stratum: str, *more: str) -> str:
+    """The `haico submit` command line of one arm × stratum's stage, quoted for a shell."""
+    argv = ["haico", "submit", str(campaign_dir), "--stage", stage]
+    return shlex.join([*argv, "--arm", arm, "--stratum", stratum, *more])
+
+
+def _too_few(
+    cost: StratumCost,
+    campaign_dir: Path,
+    remaining: int,
+    workers: int,
+    partition: Partition | None,
+    margin: float,
+) -> str:
+    """What to run when too few items are measured: the smoke stage when none is, else the
+    full stage with the walltime and tasks the few measured give, to choose knowingly."""
+    if not cost.n:
+        smoke = submit_command(campaign_dir, "smoke", cost.arm, cost.stratum)
+        return f"measure some first: {smoke}"
+    try:
+        plan = plan_array(
+            cost, remaining, concurrency=workers, partition=partition, margin=margin, min_items=1
+        )
+    except ItemLongerThanCapError as exc:
+        return str(exc)
+    full = submit_command(
+        campaign_dir,
+        "full",
+        cost.arm,
+        cost.stratum,
+        "--time",
+        plan.time_limit,
+        "--tasks",
+        str(plan.tasks),
+    )
+    return f"to submit on these {_many(cost.n, 'item')} alone: {full}"
 
 
 def _figures(cost: StratumCost) -> str:

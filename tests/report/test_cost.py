@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import stat
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.cli.main import _parser
+from pytest_haico.cli.submit import run_submit
 from pytest_haico.config.experiment import load_experiments
 from pytest_haico.config.items import submitted_item_specs
 from pytest_haico.config.settings import Profile
@@ -244,16 +247,32 @@ def test_too_few_items_say_so_instead_of_a_plan(tmp_path: Path) -> None:
         campaign, experiments, concurrency=None, margin=1.5, partitions=[GPU], warn=no_warnings
     )
 
+    # The few measured items give the full stage's walltime, for the user to choose; none
+    # measured, the smoke stage measures some. Each command is one haico parses.
+    full = f"haico submit {campaign} --stage full --arm qwen --stratum long"
     assert lines[2:] == [
-        "arm qwen, stratum long: too few items to project: 3 measured, need 5; run the smoke "
-        "stage or pass --time",
+        "arm qwen, stratum long: too few items to project: 3 measured, need 5; to submit on "
+        f"these 3 items alone: {full} --time 00:15:00 --tasks 1",
         "  median 30.0 s/item, p95 30.0 s/item, max 30.0 s/item, mean 30.0 s/item, "
         "late/early 1.00x",
         "  remaining 7 of 10 items (3 done)",
-        "arm qwen, stratum short: too few items to project: 0 measured, need 5; run the smoke "
-        "stage or pass --time",
+        "arm qwen, stratum short: too few items to project: 0 measured, need 5; measure some "
+        f"first: haico submit {campaign} --stage smoke --arm qwen --stratum short",
         "  remaining 4 of 4 items (0 done)",
     ]
+    full_args, smoke_args = (
+        _parser().parse_args(shlex.split(line.partition(": haico ")[2]))
+        for line in (lines[2], lines[5])
+    )
+    for args in full_args, smoke_args:
+        assert (args.run, Path(args.campaign), args.arm) == (run_submit, campaign, ["qwen"])
+    assert (full_args.stage, full_args.stratum, full_args.time, full_args.tasks) == (
+        "full",
+        ["long"],
+        "00:15:00",
+        1,
+    )
+    assert (smoke_args.stage, smoke_args.stratum, smoke_args.time) == ("smoke", ["short"], None)
     with pytest.raises(ValueError, match="too few"):
         plan_array(measured([30.0] * (MIN_ITEMS - 1)), 7, concurrency=1, partition=GPU)
 
@@ -422,8 +441,8 @@ def test_the_report_names_what_it_cannot_plan_with(tmp_path: Path) -> None:
         f"(no arms/gone.toml in {experiments})",
         "  median 60.0 s/item, p95 60.0 s/item, max 60.0 s/item, mean 60.0 s/item, "
         "late/early 1.00x",
-        "arm llama, stratum long: too few items to project: 0 measured, need 5; run the smoke "
-        "stage or pass --time",
+        "arm llama, stratum long: too few items to project: 0 measured, need 5; measure some "
+        f"first: haico submit {campaign} --stage smoke --arm llama --stratum long",
         "  remaining 6 of 6 items (0 done)",
         "arm qwen, stratum long: 33.3 min/task on partition short (cap 00:45:00), from 5 "
         "items: ask --array=0-0 --time=00:45:00",
