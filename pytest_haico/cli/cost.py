@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pytest_haico.cli import arguments
 from pytest_haico.config.bounds import MAX_CONCURRENCY
+from pytest_haico.config.resolution import Places
+from pytest_haico.config.settings import Profile
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,13 +47,35 @@ def run(args: argparse.Namespace) -> int:
         partitions = None
     places = arguments.places(args)
     experiments = places.experiments_given or places.experiments.is_dir()
+    campaign_dir = arguments.campaign_dir(args, places)
+    profile, site_image = _identity(args, places, campaign_dir)
     for line in cost_lines(
-        arguments.campaign_dir(args, places),
+        campaign_dir,
         places.experiments if experiments else None,
         concurrency=args.concurrency,
         margin=args.margin,
         partitions=partitions,
         warn=lambda message: print(f"haico: ledger warning: {message}", file=sys.stderr),
+        profile=profile,
+        site_image=site_image,
     ):
         print(line)
     return 0
+
+
+def _identity(
+    args: argparse.Namespace, places: Places, campaign_dir: Path
+) -> tuple[Profile, str | None]:
+    """The profile and site image the campaign's items get their ids under: the newest
+    submission's (what its jobs ran), else the profile pytest resolves (--haico-profile's
+    environment variable and ini key, default local) and the project's cluster.env."""
+    from pytest_haico.config.values import enum_parser
+    from pytest_haico.submit.inputs import InputsError, newest_submission
+
+    try:
+        submission = newest_submission(campaign_dir)
+    except (InputsError, OSError):
+        profile = arguments.resolver(args).get("profile", enum_parser(Profile), Profile.LOCAL)
+        return profile, places.site.get("BACKEND_IMAGE") if places.site else None
+    site = submission.site()
+    return Profile(submission.profile), site.get("BACKEND_IMAGE") if site else None

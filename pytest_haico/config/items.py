@@ -122,6 +122,22 @@ def build_item_specs(
     return specs
 
 
+@dataclass(frozen=True)
+class _NoOverrides:
+    profile: Profile
+    model_endpoint: str | None = None
+    backend_image: str | None = None
+    backend_cmd: str | None = None
+
+
+def submitted_item_specs(
+    experiments: Experiments, profile: Profile, *, site_image: str | None
+) -> list[ItemSpec]:
+    """The items with the ids a `haico submit` job gives them: its profile and the site's
+    backend image, no endpoint, image or command override (haico submit passes none)."""
+    return build_item_specs(experiments, _NoOverrides(profile), site_image=site_image)
+
+
 def in_shard(item_id: str, shard: Shard) -> bool:
     """Whether the item belongs to the shard: by its id's hash, so adding items moves none."""
     return int(item_id[:16], 16) % shard.count == shard.index

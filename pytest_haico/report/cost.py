@@ -8,11 +8,14 @@ CostError                 the report cannot be made (no campaign, no ledgers yet
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
+from pytest_haico.config.items import submitted_item_specs
+from pytest_haico.config.settings import Profile
 from pytest_haico.durations import DAY, MINUTE, format_duration
 from pytest_haico.errors import ConfigError
 from pytest_haico.report.item_costs import CostError, StratumCost, load_costs
@@ -76,6 +79,7 @@ def plan_array(
     concurrency: int,
     partition: Partition | None,
     margin: float = 1.5,
+    min_items: int = MIN_ITEMS,
 ) -> ArrayPlan:
     """The fewest tasks whose share, at the measured cost, fits a bucket of the partition.
 
@@ -85,12 +89,12 @@ def plan_array(
     into the ladder below the partition's cap, or the cap. Work beyond the cap is spread
     over more tasks; a walltime is never below the measured work.
 
-    Callers check `cost.n >= MIN_ITEMS` and `remaining >= 1` first: anything less is a
+    Callers check `cost.n >= min_items` and `remaining >= 1` first: anything less is a
     `ValueError`, as are `concurrency < 1` and `margin < 1`. An item longer than the cap
     leaves for work is an `ItemLongerThanCapError`.
     """
-    if cost.n < MIN_ITEMS or cost.max_s is None:
-        raise ValueError(f"{cost.n} measured items are too few to plan (need {MIN_ITEMS})")
+    if cost.n < max(1, min_items) or cost.max_s is None:
+        raise ValueError(f"{cost.n} measured items are too few to plan (need {min_items})")
     if remaining < 1 or concurrency < 1 or not 1 <= margin < math.inf:
         raise ValueError(f"{remaining=}, {concurrency=} and {margin=} must be at least 1")
     longest, per_item = cost.max_s, cost.per_item_s
@@ -139,21 +143,30 @@ def cost_lines(
     margin: float,
     partitions: list[Partition] | None,
     warn: Warn,
+    profile: Profile = Profile.LOCAL,
+    site_image: str | None = None,
 ) -> list[str]:
     """The `haico cost` report: a few lines per arm × stratum, every figure with its unit.
 
-    Remaining items are the experiments' items per arm × stratum (each script's repeats)
-    minus the distinct items whose newest record is terminal: an estimate, since an edited
-    script's items get new item_ids while the old ones still count as done. `partitions`
-    None means sinfo was unavailable: the plans then have no cap. `concurrency` overrides
-    each arm's `run.concurrency`.
+    The current items are the experiments' items with the ids a `haico submit` job of
+    `profile` gives them (`submitted_item_specs`); remaining items are those minus the
+    current items whose newest record is terminal. Records of other item ids (a script or
+    arm edited since they ran) are stale: neither done nor measured, since an item's id
+    changes exactly when something that makes its result, and so its time, changes.
+    `partitions` None means sinfo was unavailable: the plans then have no cap.
+    `concurrency` overrides each arm's `run.concurrency`.
     """
     if not 1 <= margin < math.inf:
         raise ConfigError("--margin", "", f"must be at least 1 (no margin), got {margin}")
     if concurrency is not None and concurrency < 1:
         raise ConfigError("--concurrency", "", f"must be at least 1, got {concurrency}")
-    costs = load_costs(campaign_dir, warn=warn)
     experiments = load_experiments(experiments_dir) if experiments_dir is not None else None
+    current: dict[str, dict[str, str]] | None = None
+    if experiments is not None:
+        current = {}
+        for spec in submitted_item_specs(experiments, profile, site_image=site_image):
+            current.setdefault(spec.arm.name, {})[spec.item_id] = spec.stratum
+    costs = load_costs(campaign_dir, warn=warn, current=current)
     planned: dict[str, int] = {}
     keys = set(costs)
     if experiments is not None:
@@ -161,13 +174,14 @@ def cost_lines(
             stratum = source.script.stratum
             planned[stratum] = planned.get(stratum, 0) + source.script.repeats
         keys |= {(arm, stratum) for arm in experiments.arms for stratum in planned}
-    lines = _header(campaign_dir, experiments_dir, margin)
+    lines = _header(campaign_dir, experiments_dir, margin, profile)
     if partitions is None:
         lines.append("sinfo unavailable: partition caps unknown, planned without a cap")
     for arm, stratum in sorted(keys):
         cost = costs.get((arm, stratum)) or StratumCost.from_times(arm, stratum, [], 0)
         lines += _stratum_lines(
             cost,
+            campaign_dir,
             experiments,
             planned,
             concurrency=concurrency,
@@ -177,9 +191,12 @@ def cost_lines(
     return lines
 
 
-def _header(campaign_dir: Path, experiments_dir: Path | None, margin: float) -> list[str]:
+def _header(
+    campaign_dir: Path, experiments_dir: Path | None, margin: float, profile: Profile
+) -> list[str]:
     source = (
-        f"remaining items from {experiments_dir} (an estimate: an edited script's items are new)"
+        f"remaining items from {experiments_dir} (the {profile} profile's item ids: records "
+        "of scripts or arms edited since are stale, not counted)"
         if experiments_dir is not None
         else "no --experiments: remaining items unknown, no array plans"
     )
@@ -194,6 +211,7 @@ def _header(campaign_dir: Path, experiments_dir: Path | None, margin: float) -> 
 
 def _stratum_lines(
     cost: StratumCost,
+    campaign_dir: Path,
     experiments: Experiments | None,
     planned: dict[str, int],
     *,
@@ -216,18 +234,19 @@ def _stratum_lines(
         return [f"{head}: {rate}, {cost.done} done; remaining unknown ({why})", *figures]
     total = planned[cost.stratum]
     remaining = max(0, total - cost.done)
-    progress = f"remaining {remaining} of {total} items ({cost.done} done)"
-    if cost.n < MIN_ITEMS:
-        return [
-            f"{head}: too few items to project: {cost.n} measured, need {MIN_ITEMS}; "
-            "run the smoke stage or pass --time",
-            *figures,
-            f"  {progress}",
-        ]
+    stale = f"; {_many(cost.stale, 'stale item')} not counted" if cost.stale else ""
+    progress = f"remaining {remaining} of {total} items ({cost.done} done{stale})"
     if remaining == 0:
         return [f"{head}: all {total} items done, from {cost.n} items: nothing to submit", *figures]
     partition, note = resolve_partition(arm, partitions)
     workers = concurrency if concurrency is not None else arm.run.concurrency
+    if cost.n < MIN_ITEMS:
+        advice = _too_few(cost, campaign_dir, remaining, workers, partition, margin)
+        return [
+            f"{head}: too few items to project: {cost.n} measured, need {MIN_ITEMS}; {advice}",
+            *figures,
+            f"  {progress}",
+        ]
     plan = plan_array(cost, remaining, concurrency=workers, partition=partition, margin=margin)
     where = f"partition {partition.name}" if partition else "the default partition"
     cap = partition.cap_text if partition else "cap unknown"
@@ -258,6 +277,44 @@ def _stratum_lines(
     )
     lines += _configured_time(arm, cost.stratum, plan)
     return lines
+
+
+def submit_command(campaign_dir: Path, stage: str, arm: str, stratum: str, *more: str) -> str:
+    """The `haico submit` command line of one arm × stratum's stage, quoted for a shell."""
+    argv = ["haico", "submit", str(campaign_dir), "--stage", stage]
+    return shlex.join([*argv, "--arm", arm, "--stratum", stratum, *more])
+
+
+def _too_few(
+    cost: StratumCost,
+    campaign_dir: Path,
+    remaining: int,
+    workers: int,
+    partition: Partition | None,
+    margin: float,
+) -> str:
+    """What to run when too few items are measured: the smoke stage when none is, else the
+    full stage with the walltime and tasks the few measured give, to choose knowingly."""
+    if not cost.n:
+        smoke = submit_command(campaign_dir, "smoke", cost.arm, cost.stratum)
+        return f"measure some first: {smoke}"
+    try:
+        plan = plan_array(
+            cost, remaining, concurrency=workers, partition=partition, margin=margin, min_items=1
+        )
+    except ItemLongerThanCapError as exc:
+        return str(exc)
+    full = submit_command(
+        campaign_dir,
+        "full",
+        cost.arm,
+        cost.stratum,
+        "--time",
+        plan.time_limit,
+        "--tasks",
+        str(plan.tasks),
+    )
+    return f"to submit on these {_many(cost.n, 'item')} alone: {full}"
 
 
 def _figures(cost: StratumCost) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from pytest_haico.durations import format_duration
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
-from pytest_haico.results import Record, Results
+from pytest_haico.results import RERUN, RETRY, Record, Results
 
 # The order verdicts are shown in: the good, the model's failures, then the infra's.
 VERDICT_ORDER = (
@@ -71,22 +71,20 @@ def turn_totals(record: Record) -> tuple[int, float, int, int]:
 @dataclass
 class Cell:
     """The figures of one arm × stratum; verdicts, turns and tokens are of each item's
-    newest record, retries count every record after an item's first."""
+    newest record; retries and reruns count its records as `Results.attempt_kinds` tells
+    them apart (an attempt after an owed one; a record after a done one)."""
 
     arm: str
     stratum: str
     items: int = 0
-    attempts: int = 0
+    retries: int = 0
+    reruns: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
     turns: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     durations: list[float] = field(default_factory=list)
     adaptations: int = 0
-
-    @property
-    def retries(self) -> int:
-        return self.attempts - self.items
 
     @property
     def gave_up(self) -> int:
@@ -132,8 +130,12 @@ def build_report(results: Results) -> Report:
     """The figures of every arm × stratum and every run (its loops are the report's cost
     for 100,000 records: they read the records' data directly)."""
     newest = results.newest()
-    attempts = Counter((record.arm, _stratum(record.data)) for record in results.records)
-    cells = {key: Cell(*key, attempts=count) for key, count in attempts.items()}
+    cells: dict[tuple[str, str], Cell] = {}
+    for record, kind in zip(results.records, results.attempt_kinds(), strict=True):
+        key = (record.arm, _stratum(record.data))
+        cell = cells.get(key) or cells.setdefault(key, Cell(*key))
+        cell.retries += kind == RETRY
+        cell.reruns += kind == RERUN
     recorded = False
     for record in newest:
         data = record.data

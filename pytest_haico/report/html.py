@@ -156,6 +156,7 @@ def _summary(report: Report) -> str:
                 count(cell.tokens_in),
                 count(cell.tokens_out),
                 count(cell.retries),
+                count(cell.reruns),
                 count(cell.gave_up),
                 _esc(cell.verdict_text()) + ("<br>failed: " + ", ".join(links) if links else ""),
             )
@@ -170,6 +171,7 @@ def _summary(report: Report) -> str:
         "tokens in",
         "tokens out",
         "retries",
+        "reruns",
         "gave up",
         "verdicts",
     )
@@ -260,7 +262,8 @@ def render_html(report: Report) -> str:
         '<section id="summary"><h2>Per arm × stratum</h2>',
         _summary(report),
         "<p>Each item's newest record; median and p95 of the items that ran to their own end; "
-        "retries are attempts after an item's first.</p></section>",
+        "retries are attempts after an infrastructure failure or an interruption, reruns "
+        "records after the item was done (--haico-no-resume).</p></section>",
         '<section id="verdicts"><h2>Verdicts per arm</h2>',
         _verdict_plot(report),
         "</section>",

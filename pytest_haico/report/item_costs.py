@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,9 @@ class StratumCost:
     """Measured item times of one arm × stratum; figures are None when nothing was measured.
 
     `n` counts measured attempts (a verdict in `MEASURED_VERDICTS`, a finite duration);
-    `done` the distinct items whose newest record is terminal (as resume decides).
+    `done` the distinct items whose newest record is terminal (as resume decides); `stale`
+    the distinct items whose records are not counted at all: their ids are no longer among
+    the current items (their script or arm changed since they ran).
     Early and late means are over the first and last third of the items by start time
     (None below 3 items).
     """
@@ -52,6 +54,7 @@ class StratumCost:
     # The arm's longest measured stack start-up (claim of the run directory to the first
     # item's start: the stack and the gates), None when no run recorded one.
     startup_s: float | None = None
+    stale: int = 0
 
     @property
     def trend(self) -> float | None:
@@ -74,11 +77,12 @@ class StratumCost:
         done: int,
         *,
         startup_s: float | None = None,
+        stale: int = 0,
     ) -> StratumCost:
         """From (started_at, duration_s) pairs of the measured attempts."""
         n = len(times)
         if not n:
-            return cls(arm, stratum, 0, None, None, None, None, None, None, done, startup_s)
+            return cls(arm, stratum, 0, None, None, None, None, None, None, done, startup_s, stale)
         # ISO 8601 UTC timestamps as the recorder writes them sort as text.
         in_order = [duration for _, duration in sorted(times)]
         ranked = sorted(in_order)
@@ -95,6 +99,7 @@ class StratumCost:
             late_mean_s=statistics.fmean(in_order[-third:]) if third else None,
             done=done,
             startup_s=startup_s,
+            stale=stale,
         )
 
 
@@ -106,9 +111,16 @@ _KNOWN = frozenset(verdict.encode() for verdict in _KNOWN_TEXT)
 
 class _ArmTally:
     """One arm's measured times per stratum and each item's newest record, kept as the
-    ledger's bytes (decoding 100,000 lines' fields would double the time)."""
+    ledger's bytes (decoding 100,000 lines' fields would double the time).
 
-    def __init__(self) -> None:
+    With `current` (item_id -> stratum of the arm's current items), a record of any other
+    item_id only counts as stale, and a current item counts in its current stratum (a
+    script's stratum is no part of its items' ids)."""
+
+    def __init__(self, current: Mapping[bytes, bytes] | None = None) -> None:
+        self.current = current
+        # stratum -> the item_ids of its records that are not current
+        self.stale: dict[bytes, set[bytes]] = {}
         self.times: dict[bytes, list[tuple[bytes, float]]] = {}
         # item_id -> (finished_at, terminal, stratum) of its newest record
         self.newest: dict[bytes, tuple[bytes, bool, bytes]] = {}
@@ -160,11 +172,17 @@ class _ArmTally:
         finished: bytes,
         seconds: float | None,
     ) -> None:
-        if verdict in _MEASURED and seconds is not None and 0 <= seconds < math.inf:
-            self.times.setdefault(stratum, []).append((started, seconds))
         first = self.first_start.get(self._run)
         if first is None or started < first:
             self.first_start[self._run] = started
+        if self.current is not None:
+            now = self.current.get(item_id)
+            if now is None:
+                self.stale.setdefault(stratum, set()).add(item_id)
+                return
+            stratum = now
+        if verdict in _MEASURED and seconds is not None and 0 <= seconds < math.inf:
+            self.times.setdefault(stratum, []).append((started, seconds))
         known = self.newest.get(item_id)
         # As ResumeIndex: later lines win ties (files in run order, lines in write order).
         if known is None or finished >= known[0]:
@@ -185,14 +203,26 @@ class _ArmTally:
         done: dict[bytes, int] = {}
         for _, terminal, stratum in self.newest.values():
             done[stratum] = done.get(stratum, 0) + terminal
-        for stratum in sorted(self.times.keys() | done.keys()):
+        for stratum in sorted(self.times.keys() | done.keys() | self.stale.keys()):
             name = stratum.decode(errors="replace")
             times = self.times.get(stratum, [])
-            yield StratumCost.from_times(arm, name, times, done.get(stratum, 0), startup_s=startup)
+            stale = len(self.stale.get(stratum, ()))
+            yield StratumCost.from_times(
+                arm, name, times, done.get(stratum, 0), startup_s=startup, stale=stale
+            )
 
 
-def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], StratumCost]:
+def load_costs(
+    campaign_dir: Path,
+    *,
+    warn: Warn,
+    current: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[tuple[str, str], StratumCost]:
     """Every arm × stratum measured in `<campaign>/<arm>/ledger/*.jsonl`, keyed (arm, stratum).
+
+    `current` maps an arm to its current items (item_id -> stratum, as `build_item_specs`
+    gives them): only their records are counted (done, and measured), in their current
+    stratum; the others are `stale`. An arm it does not name has every record counted.
 
     Lines the ledger reader skips are reported through `warn` with file and line. A
     missing campaign directory, or one without ledgers yet, is a `CostError`.
@@ -222,7 +252,11 @@ def load_costs(campaign_dir: Path, *, warn: Warn) -> dict[tuple[str, str], Strat
         )
     tallies: dict[str, _ArmTally] = {}
     for arm, path in files:
-        tallies.setdefault(arm, _ArmTally()).read(path, warn=warn)
+        if arm not in tallies:
+            items = current.get(arm) if current is not None else None
+            ids = None if items is None else {k.encode(): v.encode() for k, v in items.items()}
+            tallies[arm] = _ArmTally(ids)
+        tallies[arm].read(path, warn=warn)
     return {
         (cost.arm, cost.stratum): cost
         for arm, tally in tallies.items()

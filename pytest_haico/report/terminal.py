@@ -1,5 +1,6 @@
 """The terminal report (`haico report`): a campaign's verdicts, turns, latency, tokens,
-retries, start-up and provenance per arm × stratum, as a table (the HTML report is `html`)."""
+retries, reruns, start-up and provenance per arm × stratum, as a table (the HTML report
+is `html`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ _HEAD = (
     "tokens in",
     "tokens out",
     "retries",
+    "reruns",
     "gave up",
     "verdicts",
 )
@@ -54,6 +56,7 @@ def report_lines(report: Report) -> Iterator[str]:
                 count(cell.tokens_in),
                 count(cell.tokens_out),
                 count(cell.retries),
+                count(cell.reruns),
                 count(cell.gave_up),
                 cell.verdict_text(),
             )
@@ -62,7 +65,8 @@ def report_lines(report: Report) -> Iterator[str]:
     yield from table(rows)
     yield (
         "  (each item's newest record: median and p95 item seconds of those that ran to their "
-        "own end; retries: attempts after an item's first)"
+        "own end; retries: attempts after an infrastructure failure or an interruption; "
+        "reruns: records after the item was done, --haico-no-resume)"
     )
     yield ""
     yield from _startup_lines(report)

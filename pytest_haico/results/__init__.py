@@ -9,6 +9,7 @@
 
     results.records        # every attempt, in ledger order (runs by name, lines as written)
     results.newest()       # each item's newest record: the one resume decides on
+    results.attempt_kinds()  # per record: "first", "retry" (after an owed attempt), "rerun"
     results.orphans        # transcripts of attempts with no record (killed mid-item)
     results.warnings       # every line skipped, with file and line
     results.transcript(r)  # a record's transcript events, turn by turn
@@ -28,8 +29,10 @@ The frame flattens nested objects into dotted columns (`settings.generation.temp
 list. Turns are summarised per record: `n_turns` and the sums `turns.latency_s`,
 `turns.first_event_s`, `turns.steps`, `turns.tool_calls`, `turns.tool_errors`,
 `turns.tokens_in`, `turns.tokens_out`, `turns.expectations_failed`. Added columns:
-`newest` (the item's newest record), `retry` (an attempt after the item's first record),
-`ledger`, `line`, `transcript` (its path).
+`newest` (the item's newest record), `retry` (an infrastructure retry: an attempt after
+one the ledger left owed, infra_error, rate_limited or interrupted), `rerun` (a deliberate
+rerun: a record after the item was done, --haico-no-resume), `ledger`, `line`,
+`transcript` (its path).
 
 pandas is an optional extra: ``pip install 'pytest-haico[analysis]'``; without it
 `frame` raises `MissingExtraError` saying so. Every error here is a `ResultsReadError`
@@ -48,6 +51,9 @@ from __future__ import annotations
 from pytest_haico.results.frame import expectation_failed, parse_identity, summarize_turns
 from pytest_haico.results.reader import SCHEMAS, load_results
 from pytest_haico.results.records import (
+    FIRST,
+    RERUN,
+    RETRY,
     MissingExtraError,
     NoRecordsError,
     NotResultsError,
@@ -61,6 +67,9 @@ from pytest_haico.results.records import (
 )
 
 __all__ = [
+    "FIRST",
+    "RERUN",
+    "RETRY",
     "SCHEMAS",
     "MissingExtraError",
     "NoRecordsError",

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pytest_haico.results.records import Record, Results, paused_gc, require
+from pytest_haico.results.records import RERUN, RETRY, Record, Results, paused_gc, require
 
 if TYPE_CHECKING:
     import pandas
@@ -211,22 +211,20 @@ def records_frame(results: Results, *, newest: bool = False) -> pandas.DataFrame
 
 def _records_frame(pd: Any, results: Results, *, newest: bool) -> Any:
     latest = {id(record) for record in results.newest()}
-    seen: set[tuple[str, str]] = set()
     chosen: list[Record] = []
-    retry: list[bool] = []
-    for record in results.records:
-        key = (record.arm, record.item_id)
+    kinds: list[str] = []
+    for record, kind in zip(results.records, results.attempt_kinds(), strict=True):
         if not newest or id(record) in latest:
             chosen.append(record)
-            retry.append(key in seen)
-        seen.add(key)
+            kinds.append(kind)
     n = len(chosen)
     data = [record.data for record in chosen]
     columns = _expand(pd, data, "", skip=("turns",))
     turn_sums = _turn_sums(pd, [record.get("turns") for record in data], n)
     paths: dict[int, str] = {}
     columns["newest"] = [id(record) in latest for record in chosen]
-    columns["retry"] = retry
+    columns["retry"] = [kind == RETRY for kind in kinds]
+    columns["rerun"] = [kind == RERUN for kind in kinds]
     columns["ledger"] = [
         paths.get(id(r.path)) or paths.setdefault(id(r.path), str(r.path)) for r in chosen
     ]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_haico.errors import HaicoError
+from pytest_haico.ledger.verdicts import Verdict
 
 if TYPE_CHECKING:
     import pandas
@@ -138,6 +139,11 @@ class Record:
         return self.arm_dir / "transcripts" / name
 
 
+# What a record is to its item (`Results.attempt_kinds`).
+FIRST, RETRY, RERUN = "first", "retry", "rerun"
+_OWED = frozenset(verdict.value for verdict in Verdict if not verdict.is_terminal)
+
+
 @dataclass(frozen=True)
 class Orphan:
     """A transcript whose attempt has no record: the attempt was killed mid-item."""
@@ -173,6 +179,24 @@ class Results:
                 newest[key] = record
         keep = {id(record) for record in newest.values()}
         return [record for record in self.records if id(record) in keep]
+
+    def attempt_kinds(self) -> list[str]:
+        """What each record (in `records`' order) is to its item (by arm and item_id):
+        `FIRST`, its first record; `RETRY`, an attempt after one the ledger left owed
+        (infra_error, rate_limited, interrupted: resume runs it again, in the same run or a
+        later one); `RERUN`, a record after a done one (a deliberate rerun:
+        --haico-no-resume). "After" is the order `newest` decides by: `finished_at`, then
+        the line."""
+        kinds = [FIRST] * len(self.records)
+        order = sorted(range(len(self.records)), key=lambda i: self.records[i].data["finished_at"])
+        before: dict[tuple[str, str], object] = {}
+        for index in order:
+            record = self.records[index]
+            key = (record.arm, record.data["item_id"])
+            if key in before:
+                kinds[index] = RETRY if before[key] in _OWED else RERUN
+            before[key] = record.data.get("verdict")
+        return kinds
 
     def transcript(self, record: Record) -> list[dict[str, Any]]:
         """The record's transcript: its event lines, without the schema-2 header line.

@@ -15,7 +15,12 @@ from functools import cached_property
 
 from pytest_haico.config.experiment import Experiments
 from pytest_haico.config.item_list import parse_item_list
-from pytest_haico.config.items import ItemSpec, build_item_specs, first_per_stratum, in_shard
+from pytest_haico.config.items import (
+    ItemSpec,
+    first_per_stratum,
+    in_shard,
+    submitted_item_specs,
+)
 from pytest_haico.config.settings import Profile, Shard
 from pytest_haico.errors import UntrustedFileError
 from pytest_haico.files import read_owned_file
@@ -345,21 +350,11 @@ def items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[It
     return [s for s in in_task if s.ordinal in chosen]
 
 
-@dataclass(frozen=True)
-class _Identity:
-    profile: Profile
-    model_endpoint: str | None = None
-    backend_image: str | None = None
-    backend_cmd: str | None = None
-
-
 def item_specs(submission: Submission, experiments: Experiments) -> list[ItemSpec]:
-    """The submission's items with the ids its jobs give them (no endpoint, image or
-    command overrides: haico submit passes none)."""
+    """The submission's items with the ids its jobs give them (`submitted_item_specs`)."""
     site = submission.site()
-    return build_item_specs(
+    return submitted_item_specs(
         experiments,
-        _Identity(Profile(submission.profile)),
+        Profile(submission.profile),
         site_image=site.get("BACKEND_IMAGE") if site else None,
-        backend_tree=None,
     )

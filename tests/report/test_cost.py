@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import stat
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.cli.main import main
+from pytest_haico.cli.main import _parser, main
+from pytest_haico.cli.submit import run_submit
+from pytest_haico.config.experiment import load_experiments
+from pytest_haico.config.items import submitted_item_specs
+from pytest_haico.config.settings import Profile
 from pytest_haico.errors import ConfigError, ResultsError
 from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
@@ -88,7 +93,32 @@ def write_ledger(
     return path
 
 
-def write_experiments(root: Path, arms: dict[str, str], strata: dict[str, int]) -> Path:
+def write_experiments(
+    root: Path, arms: dict[str, str], strata: dict[str, int], *, campaign: Path | None = None
+) -> Path:
+    """One script per stratum, of that many repeats. With `campaign`, its ledgers' items
+    `make_record(i, stratum=...)` become repeat i of the stratum's script: current items
+    (records past the repeats keep their ids, and are stale)."""
+    _write_experiments(root, arms, strata)
+    if campaign is not None:
+        specs = submitted_item_specs(load_experiments(root), Profile.LOCAL, site_image=None)
+        for arm in arms:
+            current = {
+                (spec.stratum, spec.repeat): spec.item_id for spec in specs if spec.arm.name == arm
+            }
+            for ledger in (campaign / arm / "ledger").glob("*.jsonl"):
+                lines = ledger.read_bytes().splitlines(keepends=True)
+                ledger.write_bytes(b"".join(_identified(line, current) for line in lines))
+    return root
+
+
+def _identified(line: bytes, current: dict[tuple[str, int], str]) -> bytes:
+    record = json.loads(line)
+    new = current.get((record["stratum"], int(record["item_id"], 16)))
+    return line if new is None else line.replace(record["item_id"].encode(), new.encode())
+
+
+def _write_experiments(root: Path, arms: dict[str, str], strata: dict[str, int]) -> None:
     (root / "arms").mkdir(parents=True)
     (root / "scripts").mkdir()
     for name, toml in arms.items():
@@ -99,13 +129,12 @@ def write_experiments(root: Path, arms: dict[str, str], strata: dict[str, int]) 
                 "id": f"{stratum}-s",
                 "stratum": stratum,
                 "repeats": repeats,
-                "turns": [{"user": "hi"}],
+                "turns": [{"user": f"hi {stratum}"}],
             }
         )
         for stratum, repeats in strata.items()
     ]
     (root / "scripts" / "all.jsonl").write_text("\n".join(scripts) + "\n")
-    return root
 
 
 def measured(durations: list[float]) -> StratumCost:
@@ -185,7 +214,9 @@ def test_the_report_warns_of_a_rising_cost_and_projects_at_the_late_mean(tmp_pat
     campaign = tmp_path / "camp"
     by_start = [10.0, 10.0, 10.0, 12.0, 12.0, 12.0, 13.0, 13.0, 13.0]
     write_ledger(campaign, [make_record(i, d) for i, d in enumerate(by_start)])
-    experiments = write_experiments(tmp_path / "exp", {"qwen": ""}, {"long": 109})
+    experiments = write_experiments(
+        tmp_path / "exp", {"qwen": ""}, {"long": 109}, campaign=campaign
+    )
 
     lines = cost_lines(
         campaign, experiments, concurrency=1, margin=1.5, partitions=[GPU], warn=no_warnings
@@ -208,22 +239,40 @@ def test_the_report_warns_of_a_rising_cost_and_projects_at_the_late_mean(tmp_pat
 def test_too_few_items_say_so_instead_of_a_plan(tmp_path: Path) -> None:
     campaign = tmp_path / "camp"
     write_ledger(campaign, [make_record(i, 30.0) for i in range(3)])
-    experiments = write_experiments(tmp_path / "exp", {"qwen": ""}, {"long": 10, "short": 4})
+    experiments = write_experiments(
+        tmp_path / "exp", {"qwen": ""}, {"long": 10, "short": 4}, campaign=campaign
+    )
 
     lines = cost_lines(
         campaign, experiments, concurrency=None, margin=1.5, partitions=[GPU], warn=no_warnings
     )
 
+    # The few measured items give the full stage's walltime, for the user to choose; none
+    # measured, the smoke stage measures some. Each command is one haico parses.
+    full = f"haico submit {campaign} --stage full --arm qwen --stratum long"
     assert lines[2:] == [
-        "arm qwen, stratum long: too few items to project: 3 measured, need 5; run the smoke "
-        "stage or pass --time",
+        "arm qwen, stratum long: too few items to project: 3 measured, need 5; to submit on "
+        f"these 3 items alone: {full} --time 00:15:00 --tasks 1",
         "  median 30.0 s/item, p95 30.0 s/item, max 30.0 s/item, mean 30.0 s/item, "
         "late/early 1.00x",
         "  remaining 7 of 10 items (3 done)",
-        "arm qwen, stratum short: too few items to project: 0 measured, need 5; run the smoke "
-        "stage or pass --time",
+        "arm qwen, stratum short: too few items to project: 0 measured, need 5; measure some "
+        f"first: haico submit {campaign} --stage smoke --arm qwen --stratum short",
         "  remaining 4 of 4 items (0 done)",
     ]
+    full_args, smoke_args = (
+        _parser().parse_args(shlex.split(line.partition(": haico ")[2]))
+        for line in (lines[2], lines[5])
+    )
+    for args in full_args, smoke_args:
+        assert (args.run, Path(args.campaign), args.arm) == (run_submit, campaign, ["qwen"])
+    assert (full_args.stage, full_args.stratum, full_args.time, full_args.tasks) == (
+        "full",
+        ["long"],
+        "00:15:00",
+        1,
+    )
+    assert (smoke_args.stage, smoke_args.stratum, smoke_args.time) == ("smoke", ["short"], None)
     with pytest.raises(ValueError, match="too few"):
         plan_array(measured([30.0] * (MIN_ITEMS - 1)), 7, concurrency=1, partition=GPU)
 
@@ -309,7 +358,9 @@ def test_the_report_plans_on_the_arms_partition_at_its_concurrency(tmp_path: Pat
     campaign = tmp_path / "camp"
     write_ledger(campaign, [make_record(i, 60.0, stratum="short") for i in range(10)])
     arm = '[run]\nconcurrency = 4\n[slurm]\npartition = "short"\ntime = "00:20:00"\n'
-    experiments = write_experiments(tmp_path / "exp", {"qwen": arm}, {"short": 110})
+    experiments = write_experiments(
+        tmp_path / "exp", {"qwen": arm}, {"short": 110}, campaign=campaign
+    )
     partitions = parse_sinfo("debug* 1:00:00\nshort 45:00\n")
 
     lines = cost_lines(
@@ -346,15 +397,15 @@ def test_the_report_plans_on_the_arms_partition_at_its_concurrency(tmp_path: Pat
 def test_the_report_says_when_sinfo_was_unavailable(tmp_path: Path) -> None:
     campaign = tmp_path / "camp"
     write_ledger(campaign, [make_record(i, 60.0) for i in range(10)])
-    experiments = write_experiments(tmp_path / "exp", {"qwen": ""}, {"long": 10})
+    experiments = write_experiments(tmp_path / "exp", {"qwen": ""}, {"long": 10}, campaign=campaign)
 
     lines = cost_lines(
         campaign, experiments, concurrency=None, margin=2, partitions=None, warn=no_warnings
     )
 
     assert lines == [
-        f"campaign {campaign}: remaining items from {experiments} (an estimate: an edited "
-        "script's items are new)",
+        f"campaign {campaign}: remaining items from {experiments} (the local profile's item "
+        "ids: records of scripts or arms edited since are stale, not counted)",
         "--time = measured work per task x2 (--margin) + the arm's measured stack start-up + "
         "300 s signal lead + 60 s early signal + 120 s dump and shutdown, rounded up to a "
         "bucket of the partition",
@@ -373,7 +424,7 @@ def test_the_report_names_what_it_cannot_plan_with(tmp_path: Path) -> None:
         "qwen": '[slurm]\npartition = "short"\n',
         "llama": '[slurm]\npartition = "huge"\n',
     }
-    experiments = write_experiments(tmp_path / "exp", arms, {"long": 6})
+    experiments = write_experiments(tmp_path / "exp", arms, {"long": 6}, campaign=campaign)
     partitions = parse_sinfo("short* 45:00\n")
 
     lines = cost_lines(
@@ -390,8 +441,8 @@ def test_the_report_names_what_it_cannot_plan_with(tmp_path: Path) -> None:
         f"(no arms/gone.toml in {experiments})",
         "  median 60.0 s/item, p95 60.0 s/item, max 60.0 s/item, mean 60.0 s/item, "
         "late/early 1.00x",
-        "arm llama, stratum long: too few items to project: 0 measured, need 5; run the smoke "
-        "stage or pass --time",
+        "arm llama, stratum long: too few items to project: 0 measured, need 5; measure some "
+        f"first: haico submit {campaign} --stage smoke --arm llama --stratum long",
         "  remaining 6 of 6 items (0 done)",
         "arm qwen, stratum long: 33.3 min/task on partition short (cap 00:45:00), from 5 "
         "items: ask --array=0-0 --time=00:45:00",
@@ -436,7 +487,7 @@ def test_an_arm_on_a_partition_sinfo_does_not_list_is_planned_without_a_cap(
     campaign = tmp_path / "camp"
     write_ledger(campaign, [make_record(i, 60.0) for i in range(5)])
     experiments = write_experiments(
-        tmp_path / "exp", {"qwen": '[slurm]\npartition = "huge"\n'}, {"long": 10}
+        tmp_path / "exp", {"qwen": '[slurm]\npartition = "huge"\n'}, {"long": 10}, campaign=campaign
     )
 
     listed = cost_lines(

@@ -138,6 +138,7 @@ def test_the_frame_flattens_settings_and_identities_and_sums_the_turns(
     old = frame[(frame["arm"] == "demo") & (frame["script"] == "a")].iloc[0]
     assert (old["model_identity.kind"], old["model_identity.path"]) == ("standin", "/models/m")
     assert list(frame["retry"]) == [False, False, False, True, False]
+    assert not frame["rerun"].any()
     assert list(frame["newest"]) == [True, False, True, True, True]
     newest = results.frame(newest=True)
     assert list(newest["script"]) == ["a", "c", "b", "a"]
