@@ -18,7 +18,7 @@ from pytest_haico.config.items import submitted_item_specs
 from pytest_haico.config.settings import Profile
 from pytest_haico.durations import DAY, MINUTE, format_duration
 from pytest_haico.errors import ConfigError
-from pytest_haico.report.item_costs import CostError, StratumCost, load_costs
+from pytest_haico.report.item_costs import CostError, StratumCost, current_items, load_costs
 from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
@@ -161,11 +161,9 @@ def cost_lines(
     if concurrency is not None and concurrency < 1:
         raise ConfigError("--concurrency", "", f"must be at least 1, got {concurrency}")
     experiments = load_experiments(experiments_dir) if experiments_dir is not None else None
-    current: dict[str, dict[str, str]] | None = None
+    current = None
     if experiments is not None:
-        current = {}
-        for spec in submitted_item_specs(experiments, profile, site_image=site_image):
-            current.setdefault(spec.arm.name, {})[spec.item_id] = spec.stratum
+        current = current_items(submitted_item_specs(experiments, profile, site_image=site_image))
     costs = load_costs(campaign_dir, warn=warn, current=current)
     planned: dict[str, int] = {}
     keys = set(costs)

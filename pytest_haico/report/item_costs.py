@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_haico.config.items import ItemSpec
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.format import Warn, iter_ledger, leading_fields_pattern, sound_leading
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
@@ -210,6 +211,14 @@ class _ArmTally:
             yield StratumCost.from_times(
                 arm, name, times, done.get(stratum, 0), startup_s=startup, stale=stale
             )
+
+
+def current_items(specs: Iterable[ItemSpec]) -> dict[str, dict[str, str]]:
+    """Arm -> item id -> stratum of the items `specs` gives: what `load_costs` counts."""
+    current: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        current.setdefault(spec.arm.name, {})[spec.item_id] = spec.stratum
+    return current
 
 
 def load_costs(

@@ -13,7 +13,7 @@ from pathlib import Path
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
-from pytest_haico.report.item_costs import StratumCost
+from pytest_haico.report.item_costs import StratumCost, current_items
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
 from pytest_haico.submit.decisions import Action, Decision, Rules, decide
 from pytest_haico.submit.inputs import Submission, submissions_dir
@@ -32,7 +32,7 @@ from pytest_haico.submit.jobs import (
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob
 from pytest_haico.submit.lock import holding, lock_path
 from pytest_haico.submit.reconcile import Reconciler, refresh_ends
-from pytest_haico.submit.shares import Share, survey
+from pytest_haico.submit.shares import Share, item_specs, survey
 from pytest_haico.submit.submitting import run_jobs, show
 
 
@@ -152,7 +152,8 @@ def _plans(
     """The continuation jobs of the shares to rerun, one stage `continue-<n>` per round."""
     rounds = {j.plan.stage for j in jobs.values() if j.plan.stage.startswith("continue-")}
     stage = f"continue-{len(rounds) + 1}"
-    measured = measured_costs(submission.campaign_dir, say)
+    current = current_items(item_specs(submission, experiments))
+    measured = measured_costs(submission.campaign_dir, say, current=current)
     partitions = partition_caps(say)
     by_stratum: dict[tuple[str, str], dict[str, list[Share]]] = {}
     for share in rerun:

@@ -3,7 +3,7 @@ lines, pytest arguments, logs and walltimes. Shared by `haico submit` and `haico
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,10 +144,15 @@ def job_name(submission: Submission, stage: str, arm: str, stratum: str) -> str:
     return f"haico.{submission.campaign}.{submission.name}.{stage}.{arm}.{stratum}"
 
 
-def measured_costs(campaign_dir: Path, say: Say) -> dict[tuple[str, str], StratumCost]:
+def measured_costs(
+    campaign_dir: Path, say: Say, *, current: Mapping[str, Mapping[str, str]]
+) -> dict[tuple[str, str], StratumCost]:
+    """The costs measured of the `current` items (`item_costs.current_items`)."""
     if not any(campaign_dir.glob("*/ledger/*.jsonl")):
         return {}  # nothing measured yet
-    return load_costs(campaign_dir, warn=lambda m: say(f"haico: ledger warning: {m}"))
+    return load_costs(
+        campaign_dir, warn=lambda m: say(f"haico: ledger warning: {m}"), current=current
+    )
 
 
 def partition_caps(say: Say) -> list[Partition] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
-from pytest_haico.report.item_costs import StratumCost
+from pytest_haico.report.item_costs import StratumCost, current_items
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
 from pytest_haico.submit.inputs import (
     InputsError,
@@ -38,6 +38,7 @@ from pytest_haico.submit.jobs import (
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob, now_iso
 from pytest_haico.submit.lock import holding, lock_path
 from pytest_haico.submit.reconcile import Reconciler, refresh_ends
+from pytest_haico.submit.shares import item_specs
 from pytest_haico.submit.submitting import run_jobs, show
 
 SMOKE_TASKS = 2
@@ -119,7 +120,8 @@ def _plan_stage(
     arms = _selected(experiments.arms, request.arms, "arm", "--arm")
     strata_all = sorted(experiments.strata)
     strata = _selected(dict.fromkeys(strata_all), request.strata, "stratum", "--stratum")
-    measured = measured_costs(submission.campaign_dir, say)
+    current = current_items(item_specs(submission, experiments))
+    measured = measured_costs(submission.campaign_dir, say, current=current)
     partitions = partition_caps(say)
     planned = _planned_counts(experiments)
     plans: list[PlannedJob] = []
