@@ -74,6 +74,13 @@ class GateFailedError(StackError):
         self.results = tuple(results)
         super().__init__(message)
 
+    @property
+    def brief(self) -> str:
+        """The failed gate by name only, for the item's error and pytest's stop line: the
+        whole failure line is printed once, in the haico summary."""
+        gate = next((result.name for result in self.results if not result.passed), "?")
+        return f"gate {gate} failed (why and the fix: the haico summary)"
+
 
 class LedgerWriteError(HaicoError):
     """A record could not be appended and fsynced; the run stops rather than lose it."""
@@ -118,3 +125,12 @@ class ShareClaimedError(ResultsError):
 class CatalogueError(HaicoError):
     """A served model's catalogue entry cannot be used: the name is unknown, its job no longer
     runs (a stale entry), or the entry, its key file or the catalogue cannot be trusted."""
+
+
+def headline(message: str) -> str:
+    """A message's first line without the log tail it announces (`...; last lines of
+    <log>:`): what a one-line report of it shows."""
+    first = message.splitlines()[0] if message else message
+    if first.endswith(":") and "; " in first:
+        first = first.rsplit("; ", 1)[0]
+    return first

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_haico.errors import InfraError, StackError
+from pytest_haico.errors import InfraError, StackError, headline
 
 # The styles in which a haico failure is its explanation; the others are pytest's own.
 COMPACT_STYLES = ("auto", "short", "line", "no")
@@ -101,15 +101,6 @@ def _explanation(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]
     if not _starts_with(str(error), explanation):
         return None  # the user's own assertion (or message): pytest shows it
     return explanation
-
-
-def headline(message: str) -> str:
-    """A message's first line without the log tail it announces (`...; last lines of
-    <log>:`): what a one-line report of it shows."""
-    first = message.splitlines()[0] if message else message
-    if first.endswith(":") and "; " in first:
-        first = first.rsplit("; ", 1)[0]
-    return first
 
 
 def _starts_with(message: str, explanation: str) -> bool:

@@ -17,9 +17,9 @@ from typing import TextIO
 
 import pytest
 
-from pytest_haico.campaign.failures import headline
 from pytest_haico.config.settings import ProgressMode, Settings
 from pytest_haico.durations import format_duration
+from pytest_haico.errors import headline
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.ledger.records import LedgerRecord
 from pytest_haico.runner.arm_runs import ArmRuns

@@ -42,8 +42,9 @@ def is_jsonl(path: Path) -> bool:
     return path.suffix.lower() == ".jsonl"
 
 
-def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
-    """(position, document) pairs: a line number in JSONL, a list position from 1, else 0."""
+def iter_documents(path: Path) -> Iterator[tuple[int, int | None, Any]]:
+    """(position, line, document): the script's position in the file counted from 1 (0 for a
+    file holding one mapping) and the line it starts on (None where the parser cannot tell)."""
     text = _read(path)
     if is_jsonl(path):
         yield from _iter_jsonl(path, text)
@@ -58,8 +59,9 @@ def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
         )
     if not text.strip():
         raise ConfigError(str(path), "", "the file is empty; expected a script mapping or a list")
+    lines: list[int] = []
     try:
-        document = _parse_json(path, text) if suffix == ".json" else _parse_yaml(path, text)
+        document = _parse_json(path, text) if suffix == ".json" else _parse_yaml(path, text, lines)
     except RecursionError:
         raise ConfigError(str(path), "", _DEEP) from None
     if document is None:
@@ -69,9 +71,17 @@ def iter_documents(path: Path) -> Iterator[tuple[int, Any]]:
             raise ConfigError(
                 str(path), "", "the file holds an empty list; expected at least one script"
             )
-        yield from enumerate(document, start=1)
+        for position, item in enumerate(document, start=1):
+            yield position, lines[position - 1] if len(lines) == len(document) else None, item
     else:
-        yield 0, document
+        yield 0, None, document
+
+
+def describe_place(path: Path, position: int, line: int | None) -> str:
+    """Where a script is, as people count: `s.yaml:7 (script 2)`; just the file when it
+    holds one mapping."""
+    at = f"{path}:{line}" if line is not None else str(path)
+    return f"{at} (script {position})" if position else at
 
 
 def _read(path: Path) -> str:
@@ -90,8 +100,8 @@ def _read(path: Path) -> str:
         raise ConfigError(str(path), "", f"cannot read the script file: {exc}") from None
 
 
-def _iter_jsonl(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    found = False
+def _iter_jsonl(path: Path, text: str) -> Iterator[tuple[int, int | None, Any]]:
+    found = 0
     # Lines end at "\n" only: str.splitlines would also split at U+2028 inside a string.
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -107,8 +117,8 @@ def _iter_jsonl(path: Path, text: str) -> Iterator[tuple[int, Any]]:
             raise ConfigError(where, "", f"duplicate key {exc.key!r}; {_ONCE}") from None
         except RecursionError:
             raise ConfigError(where, "", _DEEP) from None
-        found = True
-        yield number, document
+        found += 1
+        yield found, number, document
     if not found:
         raise ConfigError(str(path), "", "the file is empty; expected one script mapping per line")
 
@@ -135,9 +145,14 @@ def _parse_json(path: Path, text: str) -> Any:
         ) from None
 
 
-def _parse_yaml(path: Path, text: str) -> Any:
+def _parse_yaml(path: Path, text: str, lines: list[int]) -> Any:
+    """The document; `lines` gets the first line of each item of a top-level list."""
+    loader = _ScriptLoader(text)  # a SafeLoader subclass
     try:
-        return yaml.load(text, Loader=_ScriptLoader)  # a SafeLoader subclass
+        node = loader.get_single_node()
+        if isinstance(node, yaml.SequenceNode):
+            lines.extend(item.start_mark.line + 1 for item in node.value)
+        return None if node is None else loader.construct_document(node)
     except _RefusedError as exc:
         number = exc.problem_mark.line + 1 if exc.problem_mark is not None else 0
         raise ConfigError(f"{path}:{number}", "", str(exc.problem)) from None
@@ -146,6 +161,8 @@ def _parse_yaml(path: Path, text: str) -> Any:
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}{line}", "", f"YAML syntax error: {problem}") from None
+    finally:
+        loader.dispose()
 
 
 class _DuplicateKeyError(ValueError):

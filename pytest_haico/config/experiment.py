@@ -40,10 +40,10 @@ from pytest_haico.config.bounds import (
     Text,
     not_blank,
 )
-from pytest_haico.config.documents import is_jsonl, is_script_file, iter_documents
+from pytest_haico.config.documents import describe_place, is_script_file, iter_documents
 from pytest_haico.config.expect import Expect
 from pytest_haico.config.validation import FieldError as _FieldError
-from pytest_haico.config.validation import describe_validation_error
+from pytest_haico.config.validation import describe_validation_error, human_field
 from pytest_haico.errors import ConfigError
 from pytest_haico.files import NotAnInputError, read_input_file
 
@@ -238,7 +238,8 @@ class Script(_Section):
             if turn.branch_from is not None and turn.branch_from >= index:
                 raise _FieldError(
                     f"turns.{index}.branch_from",
-                    f"must name an earlier turn (0..{index - 1}), got {turn.branch_from}"
+                    f"must name an earlier turn, the first being 0 (0..{index - 1} here), "
+                    f"got {turn.branch_from}"
                     if index
                     else "the first turn cannot branch",
                 )
@@ -264,11 +265,12 @@ class ScriptSource:
     path: Path
     position: int
     sha256: str
+    line: int | None = None
 
     @property
     def where(self) -> str:
-        """The file, with the line (JSONL) or list position (YAML, JSON) of the script."""
-        return _where(self.path, self.position)
+        """The file, with the line and the position (from 1) of the script where known."""
+        return describe_place(self.path, self.position, self.line)
 
 
 @dataclass(frozen=True)
@@ -317,7 +319,7 @@ def _check_tags_are_not_arms(source: ScriptSource, arms: dict[str, Arm], root: P
         if tag in arms:
             raise ConfigError(
                 source.where,
-                f"tags.{position}",
+                human_field(["tags", position]),
                 f"{tag!r} is also the name of arm {tag!r} ({root / 'arms' / tag}.toml): "
                 f"-k {tag} would select this script in every arm; rename the tag",
             )
@@ -363,15 +365,15 @@ def load_arm(path: Path) -> Arm:
 
 def iter_scripts(path: Path) -> Iterator[ScriptSource]:
     """The scripts of one file: YAML or JSON (a mapping or a list), JSONL (a mapping a line)."""
-    for position, document in iter_documents(path):
-        where = _where(path, position)
+    for position, line, document in iter_documents(path):
+        where = describe_place(path, position, line)
         if not isinstance(document, dict):
             raise ConfigError(
                 where, "", f"expected a mapping with 'id' and 'turns', got {_kind(document)}"
             )
         script = _validate(Script, document, where)
         digest = _sha256_of(document)
-        yield ScriptSource(script=script, path=path, position=position, sha256=digest)
+        yield ScriptSource(script=script, path=path, position=position, sha256=digest, line=line)
 
 
 def _validate(model: type[_M], document: dict[str, Any], where: str) -> _M:
@@ -380,12 +382,6 @@ def _validate(model: type[_M], document: dict[str, Any], where: str) -> _M:
     except ValidationError as exc:
         field, problem = describe_validation_error(exc, model)
         raise ConfigError(where, field, problem) from None
-
-
-def _where(path: Path, position: int) -> str:
-    if is_jsonl(path):
-        return f"{path}:{position}"
-    return f"{path} (script #{position})" if position else str(path)
 
 
 def _kind(value: object) -> str:

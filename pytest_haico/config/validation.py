@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+# What one item of a list field is called in a message; other lists say "<key> item <n>".
+_ITEM_NAMES = {"turns": "turn", "tags": "tag"}
+
 
 class FieldError(ValueError):
-    """A cross-field check that names the field it is about (dotted path, list indices as ints)."""
+    """A cross-field check that names the field it is about (dotted path, list indices as ints
+    from 0, as the data has them: `turns.1.branch_from`)."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(problem)
@@ -34,9 +39,9 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> t
 def _describe(error: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):
-        prefix = _field_path(error["loc"], model)
-        return (f"{prefix}.{cause.field}" if prefix else cause.field), cause.problem
-    field = _field_path(error["loc"], model)
+        inner = [int(part) if part.isdigit() else part for part in cause.field.split(".")]
+        return human_field([*_field_parts(error["loc"], model), *inner]), cause.problem
+    field = human_field(_field_parts(error["loc"], model))
     kind = error["type"]
     if kind == "extra_forbidden":
         valid = _valid_keys(error["loc"][:-1], model)
@@ -56,17 +61,37 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _field_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> str:
-    """`turns.1.branch_from` from pydantic's loc, without union and validator tags."""
-    parts: list[str] = []
+def human_field(path: Sequence[str | int]) -> str:
+    """A field path as people count, list items from 1: `turns.1.expect.matches` is
+    `turn 2, expect.matches`; `vllm.extra_args.0` is `vllm.extra_args item 1`."""
+    groups: list[str] = []
+    keys: list[str] = []
+    for part in path:
+        if isinstance(part, int):
+            key = keys.pop() if keys else ""
+            item = (
+                f"{_ITEM_NAMES[key]} {part + 1}" if key in _ITEM_NAMES else f"{key} item {part + 1}"
+            )
+            groups.append(".".join([*keys, item.strip()]))
+            keys = []
+        else:
+            keys.append(part)
+    if keys:
+        groups.append(".".join(keys))
+    return ", ".join(groups)
+
+
+def _field_parts(loc: tuple[int | str, ...], model: type[BaseModel]) -> list[int | str]:
+    """`turns`, 1, `branch_from` from pydantic's loc, without union and validator tags."""
+    parts: list[int | str] = []
     annotation: Any = model
     for component in loc:
         step = _step_into(annotation, component)
         if step is None:
             continue
         annotation = step
-        parts.append(str(component))
-    return ".".join(parts)
+        parts.append(component)
+    return parts
 
 
 def _step_into(annotation: Any, component: int | str) -> Any | None:

@@ -96,7 +96,7 @@ class ConversationProgress:
         if self._current is not None:
             turns.append(self._current.record())  # latency_s stays None: it never ended
             answers.append("")  # an answer cut short is none
-        where = f"during turn {self._current.index}" if self._current else "between turns"
+        where = f"during turn {self._current.index + 1}" if self._current else "between turns"
         findings = [*self._findings, make_finding(Verdict.INTERRUPTED, where)]
         return self._result(findings, turns, answers)
 
@@ -365,7 +365,10 @@ class _Conversation:
                 self.snapshots, state.thread_id, index, wait_s=self.snapshot_wait_s
             )
         except (TimeoutError, psycopg.Error, OSError) as exc:
-            message = f"reading workspace_snapshots for thread {state.thread_id} turn {index}"
+            message = (
+                f"reading workspace_snapshots for thread {state.thread_id} turn_index {index} "
+                f"(turn {state.index + 1})"
+            )
             return make_finding(Verdict.INFRA_ERROR, f"{message}: {exc!r}", kind="snapshot")
         self._log(state, "snapshot", snapshot=None if snapshot is None else _fields(snapshot))
         state.snapshot = snapshot

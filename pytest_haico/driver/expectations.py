@@ -53,7 +53,7 @@ def check_expectations(
         if failed:
             first = failed[0]
             seen = (
-                f"{_count(len(failed), 'tool error')}, the first in step {first}: "
+                f"{_count(len(failed), 'tool error')}, the first in step {first + 1}: "
                 f"{excerpt(steps[first].text)}"
             )
         results.append(_result("no_tool_error", True, not failed, seen))
@@ -64,8 +64,9 @@ def check_expectations(
 
 
 def describe_failure(turn: int, result: ExpectationResult) -> str:
-    """One line: the turn, what the expectation asked for, what the turn produced."""
-    return f"turn {turn}: expected {_asked(result)}, got {result.seen}"
+    """One line: the turn (its index from 0; the message counts from 1), what the
+    expectation asked for, what the turn produced."""
+    return f"turn {turn + 1}: expected {_asked(result)}, got {result.seen}"
 
 
 def excerpt(text: str) -> str:

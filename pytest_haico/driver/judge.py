@@ -120,14 +120,14 @@ def judge_turn(turn: Turn, state: TurnState, *, recursion_limit: int) -> list[Fi
     if len(steps) >= recursion_limit:
         reasons.append(f"it took {len(steps)} steps, the limit is {recursion_limit}")
     if reasons:
-        message = f"turn {state.index} hit the recursion limit ({recursion_limit}): "
+        message = f"turn {state.index + 1} hit the recursion limit ({recursion_limit}): "
         findings.append(make_finding(Verdict.RECURSION_LIMIT, message + "; ".join(reasons)))
     elif final is None:
-        message = f"turn {state.index} ended without any step"
+        message = f"turn {state.index + 1} ended without any step"
         findings.append(make_finding(Verdict.BLANK_TURN, message))
     elif not final.text.strip() and not final.tool_calls:
         message = (
-            f"turn {state.index} ended without an answer: the final step is empty, no tool call"
+            f"turn {state.index + 1} ended without an answer: the final step is empty, no tool call"
         )
         findings.append(make_finding(Verdict.BLANK_TURN, message))
     state.expectations = check_expectations(turn.expect, steps)
@@ -146,14 +146,15 @@ def judge_snapshot(state: TurnState, arm: Arm, *, wait_s: float) -> Finding | No
         if isinstance(state.terminal, wire.ErrorEvent):
             return None
         message = (
-            f"no workspace_snapshots row for thread {state.thread_id} turn {index} after "
-            f"{wait_s:g} s: which model served the turn cannot be checked"
+            f"no workspace_snapshots row for thread {state.thread_id} turn_index {index} "
+            f"(turn {state.index + 1}) after {wait_s:g} s: which model served the turn cannot be "
+            "checked"
         )
         return make_finding(Verdict.INFRA_ERROR, message, kind="snapshot")
     if snapshot.is_served_by(provider=VLLM_PROVIDER, model_id=arm.served_name):
         return None
     message = (
-        f"turn {state.index} was served by provider {snapshot.provider!r}, model "
+        f"turn {state.index + 1} was served by provider {snapshot.provider!r}, model "
         f"{snapshot.model_id!r} (snapshot {snapshot.snapshot_id}); the arm expects "
         f"{VLLM_PROVIDER!r}, {arm.served_name!r}"
     )

@@ -208,8 +208,9 @@ def _transcript(report: Report, record: Record) -> Iterator[str]:
     for event in events:
         turn = event.get("turn")
         turns.setdefault(turn if isinstance(turn, int) else -1, []).append(event)
-    for index in sorted(turns):
-        yield f'<div class="turn"><h4>turn {index}</h4>'
+    for index in sorted(turns):  # indices from 0, as transcripts store them; headings from 1
+        heading = f"turn {index + 1}" if index >= 0 else "outside a turn"
+        yield f'<div class="turn"><h4>{heading}</h4>'
         for event in turns[index]:
             yield from _event(event)
         yield "</div>"

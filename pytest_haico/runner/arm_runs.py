@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError
+from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError, headline
 from pytest_haico.gates.result import first_failure
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
@@ -252,7 +252,8 @@ class ArmRuns:
         try:
             session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
-            self._tell("stack_started", arm, seconds=time.monotonic() - began, error=str(exc))
+            told = exc.brief if isinstance(exc, GateFailedError) else str(exc)
+            self._tell("stack_started", arm, seconds=time.monotonic() - began, error=told)
             if self.start_interrupt is None:
                 raise StackError(self._fail(arm, exc)) from None
             session = self._sessions.get(arm)
@@ -352,17 +353,19 @@ class ArmRuns:
             _log.exception("haico: the arm runs' observer failed on %s", event)
 
     def _fail(self, arm: str, error: StackError) -> str:
-        """Record why the arm cannot run (a gate, its stack); the first is the session's."""
+        """Record why the arm cannot run (a gate, its stack); the first is the session's, in
+        full. What the arm's items and pytest's stop line say is returned: for a gate, which."""
         gate = first_failure(error.results) if isinstance(error, GateFailedError) else None
-        failure = f"arm {arm}: {error}"
-        if gate is None:
-            failure = f"the stack of arm {arm} did not start: {error}"
-        self._failures[arm] = failure
+        failure = (
+            f"arm {arm}: {error}" if gate else f"the stack of arm {arm} did not start: {error}"
+        )
+        told = f"arm {arm}: {error.brief}" if isinstance(error, GateFailedError) else failure
+        self._failures[arm] = told
         if self.stack_failure is None:
             self.stack_failure = failure
             self.failed_gate = gate.name if gate is not None else None
-        self._stop_session(failure)
-        return failure
+        self._stop_session(told)
+        return told
 
     def _provenance(self, arm: str) -> dict[str, str]:
         """What run-config records of this arm before its stack starts."""
@@ -385,16 +388,7 @@ class ArmRuns:
 
     def _stop_session(self, reason: str) -> None:
         if self._session is not None:
-            self._session.shouldstop = f"haico: {_headline(reason)}"
-
-
-def _headline(reason: str) -> str:
-    """The reason without the log tail it ends on, for pytest's one-line "Interrupted: ...";
-    the haico summary shows it whole."""
-    first = reason.splitlines()[0] if reason else reason
-    if first.endswith(":") and "; " in first:
-        first = first.rsplit("; ", 1)[0]
-    return first
+            self._session.shouldstop = f"haico: {headline(reason)}"
 
 
 ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()

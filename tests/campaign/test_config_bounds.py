@@ -145,7 +145,10 @@ def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
             "*vllm.tool_call_parser: must name one of vLLM's tool call parsers "
             "(e.g. hermes, mistral, llama3_json), got ' '",
         ),
-        ('[vllm]\nextra_args = ["--enforce-eager", ""]', "*vllm.extra_args.1: must not be empty*"),
+        (
+            '[vllm]\nextra_args = ["--enforce-eager", ""]',
+            "*vllm.extra_args item 2: must not be empty*",
+        ),
         ('[model]\npath = ""', "*model.path: must not be empty, got ''"),
         ('[model]\nhf_id = "Qwen/Qwen2.5-7B"\nrevision = ""', "*model.revision: must not be*"),
         ('[model]\nserved_name = ""', "*model.served_name: String should have at least 1*"),
@@ -184,11 +187,11 @@ def test_a_parser_is_required_while_tool_calling_is_on() -> None:
         ),
         (
             "id: a\nturns:\n  - user: " + "x" * 200_001 + "\n",
-            "*s.yaml: turns.0.user: String should have at most 200000 characters, got 'xxx*",
+            "*s.yaml: turn 1, user: String should have at most 200000 characters, got 'xxx*",
         ),
         (
             "id: a\nturns:\n  - user: '   '\n",
-            "*s.yaml: turns.0.user: must not be blank, got '   '",
+            "*s.yaml: turn 1, user: must not be blank, got '   '",
         ),
         (
             "id: " + "a" * 129 + "\nturns:\n  - user: hi\n",

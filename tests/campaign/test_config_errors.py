@@ -54,7 +54,35 @@ def test_branch_from_must_name_an_earlier_turn(campaign: CampaignProject, branch
     )
     assert_usage_error(
         campaign.run(),
-        f"*a.yaml: turns.1.branch_from: must name an earlier turn (0..0), got {branch_from}",
+        f"*a.yaml: turn 2, branch_from: must name an earlier turn, the first being 0 "
+        f"(0..0 here), got {branch_from}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("filename", "text", "place"),
+    [
+        ("s.yaml", "- id: a\n  turns:\n    - user: hi\n\n- id: b\n  turns:\n    - user: ' '\n", 5),
+        (
+            "s.jsonl",
+            '{"id": "a", "turns": [{"user": "hi"}]}\n\n{"id": "b", "turns": [{"user": " "}]}\n',
+            3,
+        ),
+        (
+            "s.json",
+            '[{"id": "a", "turns": [{"user": "hi"}]},\n {"id": "b", "turns": [{"user": " "}]}]',
+            None,
+        ),
+    ],
+)
+def test_a_bad_turn_is_named_counting_scripts_and_turns_from_one(
+    campaign: CampaignProject, filename: str, text: str, place: int | None
+) -> None:
+    campaign.arm("demo")
+    campaign.scripts(filename, text)
+    line = f":{place}" if place else ""
+    assert_usage_error(
+        campaign.run(), f"*{filename}{line} (script 2): turn 1, user: must not be blank, got ' '"
     )
 
 
@@ -106,7 +134,7 @@ def test_tag_with_a_pytest_marker_name_is_refused(campaign: CampaignProject, tag
     campaign.arm("demo")
     campaign.scripts("a.yaml", f"id: a\ntags: [smoke, {tag}]\nturns:\n  - user: hi\n")
     assert_usage_error(
-        campaign.run(), f"*a.yaml: tags.1: '{tag}' is one of pytest's own marker names*"
+        campaign.run(), f"*a.yaml: tag 2: '{tag}' is one of pytest's own marker names*"
     )
 
 
@@ -371,31 +399,31 @@ def test_cluster_env_with_an_unset_variable_is_refused(
     [
         pytest.param(
             "{matches: '(Crete'}",
-            "*a.yaml: turns.0.expect.matches: not a valid regular expression (missing ), "
+            "*a.yaml: turn 1, expect.matches: not a valid regular expression (missing ), "
             "unterminated subpattern at position 0); write Python `re` syntax, and escape a "
             "character meant literally with a backslash (\\( for '('), got '(Crete'",
             id="bad-regex",
         ),
         pytest.param(
             "{contain: Crete}",
-            "*a.yaml: turns.0.expect.contain: unknown key; valid keys here: artifact, contains, "
+            "*a.yaml: turn 1, expect.contain: unknown key; valid keys here: artifact, contains, "
             "matches, tool_called, tool_not_called, no_tool_error, max_steps",
             id="unknown-key",
         ),
         pytest.param(
             "{max_steps: '3'}",
-            "*a.yaml: turns.0.expect.max_steps: Input should be a valid integer, got '3'",
+            "*a.yaml: turn 1, expect.max_steps: Input should be a valid integer, got '3'",
             id="max-steps-as-text",
         ),
         pytest.param(
             "{contains: 42}",
-            "*a.yaml: turns.0.expect.contains: must be a string or a non-empty list of strings, "
+            "*a.yaml: turn 1, expect.contains: must be a string or a non-empty list of strings, "
             "got 42",
             id="contains-a-number",
         ),
         pytest.param(
             "{no_tool_error: 'yes'}",
-            "*a.yaml: turns.0.expect.no_tool_error: Input should be a valid boolean, got 'yes'",
+            "*a.yaml: turn 1, expect.no_tool_error: Input should be a valid boolean, got 'yes'",
             id="no-tool-error-as-text",
         ),
     ],

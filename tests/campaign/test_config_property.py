@@ -82,7 +82,10 @@ def config_error_of(filename: str, text: str) -> ConfigError:
 
 
 def assert_names(error: ConfigError, field: str) -> None:
-    assert error.field == field or error.field.startswith(field + "."), str(error)
+    """The error names `field` or a field under it (`turn 2` has `turn 2, user` under it,
+    `tags` has `tag 1`)."""
+    within = (field + ".", field + ", ", field + " item ", field.removesuffix("s") + " ")
+    assert error.field == field or error.field.startswith(within), str(error)
 
 
 @settings(max_examples=150, deadline=None)
@@ -166,7 +169,7 @@ def test_one_bad_script_field_is_named(document: dict[str, Any], data: st.DataOb
         mutated["turns"][index][key] = data.draw(st.sampled_from(SCRIPT_MUTATIONS[key]))
         if key == "branch_from" and data.draw(st.booleans()):
             mutated["turns"][index][key] = index  # the same turn, or (below) a later one
-        field = f"turns.{index}.{key}"
+        field = f"turn {index + 1}, {key}"
     else:
         mutated[where] = data.draw(st.sampled_from(SCRIPT_MUTATIONS[where]))
         field = where

@@ -232,8 +232,8 @@ def test_scripts_with_the_same_turns_are_named_both(campaign: CampaignProject) -
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "*d.jsonl:2: turns: script 'b' has the same turns and expectations as script 'a' "
-            "(*a.yaml): one experiment under two names; change or remove one of them"
+            "*d.jsonl:2 (script 1): turns: script 'b' has the same turns and expectations as "
+            "script 'a' (*a.yaml): one experiment under two names; change or remove one of them"
         ]
     )
 
@@ -246,7 +246,7 @@ def test_a_tag_equal_to_an_arm_name_is_refused(campaign: CampaignProject) -> Non
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "*a.yaml: tags.1: 'demo' is also the name of arm 'demo' (*arms/demo.toml): "
+            "*a.yaml: tag 2: 'demo' is also the name of arm 'demo' (*arms/demo.toml): "
             "-k demo would select this script in every arm; rename the tag"
         ]
     )

@@ -143,7 +143,7 @@ async def test_cancellation_mid_turn_closes_the_transcript_and_propagates(
     result = progress.interrupted_result()
     assert result.verdict is Verdict.INTERRUPTED
     assert result.error is not None
-    assert result.error.message == "during turn 1"
+    assert result.error.message == "during turn 2"
     assert [turn.index for turn in result.turns] == [0, 1]
     assert progress.turns == result.turns[:1]
     partial = result.turns[1]

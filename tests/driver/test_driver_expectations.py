@@ -74,32 +74,32 @@ async def test_a_met_expectation_completes_and_is_recorded_as_passed(
         pytest.param(
             {"contains": "Crete"},
             answer(REFUSAL),
-            f"turn 1: expected the answer to contain 'Crete', got {REFUSAL!r} (36 chars)",
+            f"turn 2: expected the answer to contain 'Crete', got {REFUSAL!r} (36 chars)",
             id="contains",
         ),
         pytest.param(
             {"contains": ["Crete", "Heraklion"]},
             answer("Three days on Crete."),
-            "turn 1: expected the answer to contain 'Crete' and 'Heraklion', got "
+            "turn 2: expected the answer to contain 'Crete' and 'Heraklion', got "
             "'Three days on Crete.' (20 chars), without 'Heraklion'",
             id="all-of",
         ),
         pytest.param(
             {"matches": r"\d+ days"},
             answer("Three days."),
-            "turn 1: expected the answer to match '\\\\d+ days', got 'Three days.' (11 chars)",
+            "turn 2: expected the answer to match '\\\\d+ days', got 'Three days.' (11 chars)",
             id="matches",
         ),
         pytest.param(
             {"tool_called": "write_document"},
             answer(),
-            "turn 1: expected a call of the tool 'write_document', got no tool call",
+            "turn 2: expected a call of the tool 'write_document', got no tool call",
             id="tool-called",
         ),
         pytest.param(
             {"tool_not_called": "write_document"},
             WROTE,
-            "turn 1: expected no call of the tool 'write_document', got calls of "
+            "turn 2: expected no call of the tool 'write_document', got calls of "
             "'write_document' (1x)",
             id="tool-not-called",
         ),
@@ -110,20 +110,20 @@ async def test_a_met_expectation_completes_and_is_recorded_as_passed(
                 step("Error: title is required", message_type="tool", tool_error=True),
                 *answer("Sorry."),
             ],
-            "turn 1: expected no tool error, got 1 tool error, the first in step 1: "
+            "turn 2: expected no tool error, got 1 tool error, the first in step 2: "
             "'Error: title is required' (24 chars)",
             id="no-tool-error",
         ),
         pytest.param(
             {"max_steps": 2},
             WROTE,
-            "turn 1: expected at most 2 steps, got 3 steps",
+            "turn 2: expected at most 2 steps, got 3 steps",
             id="max-steps",
         ),
         pytest.param(
             {"artifact": True},
             answer(),
-            "turn 1: expected an artifact, got no artifact in 1 step",
+            "turn 2: expected an artifact, got no artifact in 1 step",
             id="artifact",
         ),
     ],
@@ -151,7 +151,7 @@ async def test_every_expectation_of_a_turn_is_checked_and_the_first_missed_one_i
         ("tool_called", False),
         ("max_steps", True),
     ]
-    assert error is not None and error.startswith("turn 0: expected the answer to contain")
+    assert error is not None and error.startswith("turn 1: expected the answer to contain")
 
 
 async def test_expectations_are_recorded_even_when_a_worse_verdict_wins(

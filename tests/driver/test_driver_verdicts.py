@@ -171,7 +171,7 @@ async def test_missing_artifact_fails_the_expectation(converse: Converse) -> Non
     done = await converse(FakeBackend(answer(), answer()), script)
     assert done.result.verdict is Verdict.EXPECTATION_FAILED
     assert done.result.error is not None
-    assert done.result.error.message == "turn 1: expected an artifact, got no artifact in 1 step"
+    assert done.result.error.message == "turn 2: expected an artifact, got no artifact in 1 step"
 
 
 async def test_artifact_in_any_step_meets_the_expectation(converse: Converse) -> None:
@@ -332,7 +332,7 @@ async def test_recursion_limit_beats_blank_and_expectation(converse: Converse) -
     done = await converse(backend, script)
     assert done.result.verdict is Verdict.RECURSION_LIMIT
     assert done.result.error is not None
-    assert done.result.error.message.startswith("turn 2 hit the recursion limit")
+    assert done.result.error.message.startswith("turn 3 hit the recursion limit")
 
 
 async def test_blank_beats_expectation_failed(converse: Converse) -> None:

@@ -130,7 +130,7 @@ def test_a_missed_contains_fails_and_says_turn_expectation_and_answer(
     assert "Tell me a joke." in missed["seen"]
     message = record["error"]["message"]
     assert message.startswith(
-        "turn 1: expected the answer to contain 'joke' and 'Crete', got 'On \"Tell me a joke.\""
+        "turn 2: expected the answer to contain 'joke' and 'Crete', got 'On \"Tell me a joke.\""
     )
     assert run.explained["helpful-contains-missed-r0"] == (
         f"helpful-contains-missed-r0: expectation_failed after 2 turn(s) "
@@ -142,14 +142,14 @@ def test_a_tool_called_against_the_expectation_fails(run: ExpectationRun) -> Non
     record = run.records["helpful"]["tool-not-called"]
     assert record["verdict"] == "expectation_failed"
     assert record["error"]["message"] == (
-        "turn 0: expected no call of the tool 'write_document', got calls of 'write_document' (1x)"
+        "turn 1: expected no call of the tool 'write_document', got calls of 'write_document' (1x)"
     )
 
 
 def test_more_steps_than_expected_fail(run: ExpectationRun) -> None:
     record = run.records["helpful"]["too-many-steps"]
     assert record["verdict"] == "expectation_failed"
-    assert record["error"]["message"] == "turn 0: expected at most 2 steps, got 3 steps"
+    assert record["error"]["message"] == "turn 1: expected at most 2 steps, got 3 steps"
 
 
 def test_a_tool_error_is_recorded_and_explained_under_the_verdict_that_wins(
@@ -164,7 +164,7 @@ def test_a_tool_error_is_recorded_and_explained_under_the_verdict_that_wins(
     assert missed["seen"].startswith(f"{record['turns'][0]['tool_errors']} tool errors, ")
     first, second = run.explained["bad_args-no-tool-error-r0"].splitlines()
     assert first.startswith("bad_args-no-tool-error-r0: recursion_limit after 1 turn(s) (")
-    assert second.startswith("  turn 0: expected no tool error, got ")
+    assert second.startswith("  turn 1: expected no tool error, got ")
 
 
 def test_the_demo_vocabulary_is_what_the_record_shows(run: ExpectationRun) -> None:

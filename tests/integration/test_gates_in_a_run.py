@@ -43,6 +43,7 @@ DYNAMIC = [
 # session of test_verdicts passes the gates of every other persona but dead, which dies at
 # its first request.)
 PERSONAS = ["blank", "hang", "looper"]
+BRIEF = "(why and the fix: the haico summary)"
 TOOLS_FIX = (
     "set [vllm] enable_tool_calling = true and tool_call_parser = 'hermes' in arms/demo.toml "
     "(vLLM gets --enable-auto-tool-choice --tool-call-parser hermes); a server started by hand "
@@ -118,16 +119,21 @@ def test_a_failed_static_gate_exits_78_before_any_service_starts(
     monkeypatch.setenv("OPENAI_ENDPOINT_URL", "https://api.openai.com/v1")
     result = campaign.run("--haico-exit", mode)
     assert result.ret == 78, result.stdout.str()
+    sentence = (
+        "gate prohibited_environment failed: OPENAI_ENDPOINT_URL is set "
+        "('https://api.openai.com/v1'): the backend would send the conversations to that "
+        "endpoint instead of the arm's vLLM; unset it (`unset OPENAI_ENDPOINT_URL`, and remove "
+        "it from the job script, ~/.bashrc or the module that sets it), then rerun"
+    )
     result.stdout.fnmatch_lines(
         [
             "*= haico =*",
-            "gate failed (exit 78): arm demo: gate prohibited_environment failed: "
-            "OPENAI_ENDPOINT_URL is set ('https://api.openai.com/v1'): the backend would send "
-            "the conversations to that endpoint instead of the arm's vLLM; unset it (`unset "
-            "OPENAI_ENDPOINT_URL`, and remove it from the job script, ~/.bashrc or the module "
-            "that sets it), then rerun",
+            f"gate failed (exit 78): arm demo: {sentence}",
+            f"! haico: arm demo: gate prohibited_environment failed {BRIEF} !",
         ]
     )
+    output = result.stdout.str() + result.stderr.str()
+    assert output.count("OPENAI_ENDPOINT_URL is set") == 1, output  # once, in the summary
     assert campaign.records("demo") == []
     result.assert_outcomes()  # before the first item: no item ran, none errored
     (run,) = run_dirs(campaign)
@@ -175,10 +181,21 @@ def test_a_failed_dynamic_gate_exits_78_records_nothing_and_leaves_nothing_runni
     arm, mode, gate, line = DYNAMIC_FAILURES[case]
     campaign.arm("demo", arm)
     conversations(campaign, "s1", "s2", "s3")
-    result = campaign.run_subprocess("--haico-exit", mode, "-v")
+    result = campaign.run_subprocess("--haico-exit", mode, "-v", "--haico-progress=lines")
     assert result.ret == 78, result.stdout.str()
     result.stdout.fnmatch_lines(["*= haico =*", f"gate failed (exit 78): arm demo: {line}"])
-    result.stdout.fnmatch_lines([f"*Interrupted: haico: arm demo: gate {gate} failed: *"])
+    # The whole sentence once, in the summary: the item's error, the short summary and
+    # pytest's stop line name the gate only.
+    output = result.stdout.str() + result.stderr.str()
+    assert output.count(f"gate {gate} failed: ") == 1, output
+    result.stdout.fnmatch_lines(
+        [
+            f"*StackError: arm demo: gate {gate} failed {BRIEF}",
+            "ERROR *test_conversation[[]demo-s1-r0] - *",
+            f"*Interrupted: haico: arm demo: gate {gate} failed {BRIEF}*",
+        ],
+        consecutive=False,
+    )
     assert "PASSED" not in result.stdout.str()
     assert campaign.records("demo") == []
     transcripts = campaign.arm_dir("demo") / "transcripts"

@@ -88,7 +88,7 @@ def test_the_html_report_renders_its_sections_in_chromium(
         "#item-0",
         "#item-1",
     ]
-    assert text.count("<h4>turn 0</h4>") == 2 and "<b>user:</b> Say hi." in text
+    assert text.count("<h4>turn 1</h4>") == 2 and "<b>user:</b> Say hi." in text
     assert "expectation_failed" in text
     # Self-contained: three plots inline, nothing fetched from anywhere.
     assert parsed.tags["img"] == 3
