@@ -9,13 +9,15 @@ import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_haico.config.items import ItemSpec
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.format import Warn, iter_ledger, leading_fields_pattern, sound_leading
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
+
+if TYPE_CHECKING:  # the readers of the results import no pydantic (tests/ledger)
+    from pytest_haico.config.items import ItemSpec
 
 
 class CostError(HaicoError):
