@@ -2,7 +2,8 @@
 torch; numpy on a CPU where torch is absent): `python gpu_burn.py --device cuda:0 --seconds
 60 --memory-fraction 0.75 --size 32768`. It imports nothing of pytest-haico (the venv has
 none) and prints one JSON line: the device, the matmuls done, their seconds and TFLOP/s, and
-the share of the device's memory held while they ran."""
+the share of the device's memory held while they ran; or the error that stopped it, in one
+line (torch's own messages end in advice lines that would hide it)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _burn_numpy(args: argparse.Namespace) -> dict[str, Any]:
     import numpy
 
     if args.device != "cpu":
-        raise SystemExit(f"gpu_burn: torch is not importable, and numpy cannot use {args.device}")
+        raise RuntimeError(f"torch is not importable, and numpy cannot use {args.device}")
     rng = numpy.random.default_rng(0)
     a = rng.standard_normal((args.size, args.size)).astype(args.dtype)
     b = rng.standard_normal((args.size, args.size)).astype(args.dtype)
@@ -81,7 +82,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args(argv)
     has_torch = importlib.util.find_spec("torch") is not None
-    result = _burn_torch(args) if has_torch else _burn_numpy(args)
+    try:
+        result = _burn_torch(args) if has_torch else _burn_numpy(args)
+    except Exception as exc:  # a device that is not there, out of memory: one line for the check
+        said = str(exc).strip().splitlines()
+        error = f"{type(exc).__name__}: {said[0] if said else 'no message'}"
+        print(json.dumps({"device": args.device, "error": error}), flush=True)
+        return 1
     flops = 2 * args.size**3 * result["iterations"]
     result.update(
         device=args.device,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_haico.errors import HaicoError
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs
@@ -23,6 +25,8 @@ BURN = Path(__file__).with_name("gpu_burn.py")
 QUERY = (
     "index,uuid,utilization.gpu,power.draw,temperature.gpu,ecc.errors.uncorrected.volatile.total"
 )
+# `RuntimeError: CUDA error: ...`, `torch.AcceleratorError: ...`: a traceback's last exception.
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:")
 # Importing torch from a shared file system and initialising CUDA, beyond the burn's time.
 START_GRACE_S = 180.0
 _STOP_GRACE_S = 10.0
@@ -54,6 +58,7 @@ class DeviceResult:
 
     visible: str  # its CUDA_VISIBLE_DEVICES entry
     tflops: float | None
+    memory_held: float | None  # the share of the device's memory held during the burn
     samples: int
     max_temperature: float | None
     max_power: float | None
@@ -197,6 +202,23 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _burn_result(stdout: str) -> dict[str, Any]:
+    """The burn's JSON line (its result or its error); {} when it printed none."""
+    try:
+        result = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
+def _error_line(stderr: str) -> str:
+    """The exception's line of a burn that died before it could say (an interpreter that
+    cannot start, a crash in an import), else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)]
+    return (raised or lines or ["no output"])[-1]
+
+
 def _judge(
     entry: str,
     position: int,
@@ -210,13 +232,15 @@ def _judge(
     powers = [p for row in own if (p := _number(row["power.draw"])) is not None]
     ecc = [int(e) for row in own if (e := _number(row["ecc.errors.uncorrected.volatile.total"]))]
     status, stdout, stderr = output
+    burn = _burn_result(stdout)
     tflops = None
     problem = None
     try:
-        tflops = float(json.loads(stdout.strip().splitlines()[-1])["tflops"])
-    except (ValueError, KeyError, IndexError, TypeError):
-        said = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+        tflops = float(burn["tflops"])
+    except (ValueError, KeyError, TypeError):
+        said = burn.get("error") or _error_line(stderr)
         problem = f"the burn on device {position} failed (exit {status}): {said}"
+    held = burn.get("memory_held")
     if problem is None and not own:
         problem = f"nvidia-smi logged no sample of device {entry}: is it on the bus?"
     if problem is None and ecc and max(ecc) > 0:
@@ -227,6 +251,7 @@ def _judge(
     return DeviceResult(
         visible=entry,
         tflops=tflops,
+        memory_held=float(held) if isinstance(held, int | float) else None,
         samples=len(own),
         max_temperature=max(temperatures, default=None),
         max_power=max(powers, default=None),
@@ -236,11 +261,14 @@ def _judge(
 
 
 def _describe(host: str, result: DeviceResult, settings: BurnSettings) -> str:
-    """ "n1 device 0: 61.2 TFLOP/s (floor 40), 600 samples (max 71 C, 689 W, ECC 0); ok"."""
+    """ "n1 device 0: 53.1 TFLOP/s (floor 30), 75% of its memory held, 600 samples (max 60 C,
+    700 W, ECC 0); ok"."""
     line = f"haico gpu-check: {host} device {result.visible}: "
     if result.tflops is not None:
         floor = f" (floor {settings.min_tflops:g})" if settings.min_tflops is not None else ""
         line += f"{result.tflops:.3g} TFLOP/s{floor}, "
+    if result.memory_held is not None:
+        line += f"{result.memory_held:.0%} of its memory held, "
     seen = []
     if result.max_temperature is not None:
         seen.append(f"max {result.max_temperature:g} C")

@@ -128,6 +128,40 @@ def test_a_card_nvidia_smi_no_longer_sees_and_one_with_ecc_errors_fail(
     )
 
 
+def test_a_burn_that_cannot_use_its_device_names_the_burns_own_error(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # numpy (this venv has no torch) cannot burn a CUDA device: the burn says so in its line.
+    status, lines, _ = node.check(capsys, "--here", "--device", "cuda", "--seconds", "1")
+    assert status == 1
+    assert lines[0].endswith(
+        "ECC 0); FAILED: the burn on device 0 failed (exit 1): "
+        "RuntimeError: torch is not importable, and numpy cannot use cuda:0"
+    )
+
+
+def test_a_burn_that_dies_before_it_can_say_is_named_by_its_exception_not_the_last_line(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What torch printed on an H200 node for a CUDA_VISIBLE_DEVICES entry it does not have.
+    python = node.root / "venv" / "bin" / "python"
+    python.unlink()
+    python.write_text(
+        "#!/bin/sh\ncat >&2 <<'EOF'\nTraceback (most recent call last):\n"
+        '  File "gpu_burn.py", line 28, in _burn_torch\n'
+        "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+        "GPU device may be out of range, do you have enough GPUs?\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n\nEOF\nexit 1\n"
+    )
+    python.chmod(0o755)
+    status, lines, _ = node.check(capsys, *QUICK)
+    assert status == 1
+    assert lines[1].endswith(
+        "FAILED: the burn on device 1 failed (exit 1): "
+        "torch.AcceleratorError: CUDA error: invalid device ordinal"
+    )
+
+
 def test_the_job_asks_for_the_arms_gpus_and_runs_the_same_check_on_its_node(
     node: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:
