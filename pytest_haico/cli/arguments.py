@@ -77,14 +77,22 @@ def seconds(text: str) -> float:
     return value
 
 
-def margin(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 1 <= value < 100:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a factor from 1 to 100")
-    return value
+def number_between(low: float, high: float, what: str) -> Callable[[str], float]:
+    """A number from `low` to `high`; `what` names it in the refusal ("a factor")."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} from {low:g} to {high:g}")
+        return value
+
+    return parse
+
+
+margin = number_between(1, 100, "a factor")
 
 
 def resolver(args: argparse.Namespace, *, flags: Mapping[str, str] = PROJECT_FLAGS) -> Resolver:

@@ -65,7 +65,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     cont.add_argument(
         "--every",
-        type=_every,
+        type=arguments.number_between(MIN_EVERY_MIN, 24 * 60, "a number of minutes"),
         default=DEFAULT_EVERY_MIN,
         metavar="MINUTES",
         help=f"--until-done: minutes between rounds, at least {MIN_EVERY_MIN:g}, doubled up to "
@@ -128,27 +128,9 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def run_continue(args: argparse.Namespace) -> int:
     from pytest_haico.submit.continuation import continue_
-    from pytest_haico.submit.inputs import InputsError, load_submission, newest_submission
+    from pytest_haico.submit.inputs import chosen_submission
 
-    campaign_dir = arguments.campaign_dir(args)
-    if not campaign_dir.is_dir():
-        raise InputsError(
-            f"{campaign_dir} is no campaign directory: give <results>/<campaign>, or the "
-            "campaign's name with --results"
-        )
-    name = getattr(args, "submission", None)
-    if name:
-        if not (len(name) == 12 and all(c in "0123456789abcdef" for c in name)):
-            raise InputsError(
-                f"--submission {name!r}: a submission is named by 12 hex digits, as under "
-                f"{campaign_dir}/submissions/"
-            )
-        found = load_submission(campaign_dir, name)
-        if found is None:
-            raise InputsError(f"{campaign_dir} has no submission {name}")
-        submission = found
-    else:
-        submission = newest_submission(campaign_dir)
+    submission = chosen_submission(arguments.campaign_dir(args), getattr(args, "submission", None))
     print(f"haico: submission {submission.name} ({submission.digest})", flush=True)
     if getattr(args, "until_done", False):
         from pytest_haico.submit.until_done import until_done
@@ -160,18 +142,6 @@ def run_continue(args: argparse.Namespace) -> int:
 def _say(line: str) -> None:
     """A line of a long-running command, out at once (its log may be a file)."""
     print(line, flush=True)
-
-
-def _every(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not MIN_EVERY_MIN <= value <= 24 * 60:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number of minutes from {MIN_EVERY_MIN:g} to 1440"
-        )
-    return value
 
 
 def _request(args: argparse.Namespace) -> Request:

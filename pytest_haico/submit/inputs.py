@@ -316,3 +316,34 @@ def newest_submission(campaign_dir: Path) -> Submission:
             f"`haico submit {campaign_dir} --stage smoke`"
         )
     return max(found, key=lambda s: str(s.manifest.get("created") or ""))
+
+
+def chosen_submission(campaign_dir: Path, name: str | None) -> Submission:
+    """The submission `haico continue` works on: `name` (12 hex digits), else the newest."""
+    if not campaign_dir.is_dir():
+        raise InputsError(
+            f"{campaign_dir} is no campaign directory: give <results>/<campaign>, or the "
+            "campaign's name with --results"
+        )
+    if not name:
+        return newest_submission(campaign_dir)
+    if not (len(name) == 12 and all(c in "0123456789abcdef" for c in name)):
+        raise InputsError(
+            f"--submission {name!r}: a submission is named by 12 hex digits, as under "
+            f"{campaign_dir}/{SUBMISSIONS_DIR}/"
+        )
+    found = load_submission(campaign_dir, name)
+    if found is None:
+        raise InputsError(f"{campaign_dir} has no submission {name}")
+    return found
+
+
+def submitted_identity(campaign_dir: Path) -> tuple[str, str | None] | None:
+    """The profile and site image the newest submission's jobs gave their items ids under;
+    None when the campaign has no submission haico can read."""
+    try:
+        submission = newest_submission(campaign_dir)
+    except (InputsError, OSError):
+        return None
+    site = submission.site()
+    return submission.profile, site.get("BACKEND_IMAGE") if site else None
