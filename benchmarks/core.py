@@ -3,7 +3,8 @@
 Run: python benchmarks/core.py [--repeats N]
 
 Every figure is a median of whole pytest processes, next to a baseline measured
-in the same run on the same machine, so a noisy shared machine moves both.
+in the same run on the same machine, the two run in turns, so a noisy shared machine
+moves both.
 Bytecode is cached (a temporary PYTHONPYCACHEPREFIX, one untimed warm-up run of
 each command first), as on any machine after the first run; this matters because
 pytest rewrites the asserts of an entry-point plugin's modules at every import
@@ -77,9 +78,19 @@ def timed(command: list[str], cwd: Path) -> float:
     return time.perf_counter() - started
 
 
-def median_of(repeats: int, command: list[str], cwd: Path) -> float:
-    timed(command, cwd)  # warm-up: bytecode and rewritten asserts land in the cache
-    return statistics.median(timed(command, cwd) for _ in range(repeats))
+def paired_medians(
+    repeats: int, a: tuple[list[str], Path], b: tuple[list[str], Path]
+) -> tuple[float, float]:
+    """The medians of `a` and `b` run in turns (A B, B A, A B, ...), so that a load that rises
+    or falls during the benchmark moves both alike; one untimed warm-up of each first
+    (bytecode and rewritten asserts land in the cache)."""
+    timed(*a)
+    timed(*b)
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for round_ in range(repeats):
+        for which in (0, 1) if round_ % 2 == 0 else (1, 0):
+            times[which].append(timed(*(a, b)[which]))
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def pytest_cmd(*args: str) -> list[str]:
@@ -181,24 +192,25 @@ def main() -> None:
         ENV["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
         write_plain(base / "plain", ITEMS)
         write_campaign(base / "campaign", ITEMS)
-        plain = median_of(repeats, pytest_cmd(), base / "plain")
-        haico = median_of(
-            repeats, pytest_cmd("experiments", "--haico-no-resume"), base / "campaign"
+        plain, haico = paired_medians(
+            repeats,
+            (pytest_cmd(), base / "plain"),
+            (pytest_cmd("experiments", "--haico-no-resume"), base / "campaign"),
         )
-        print(f"{ITEMS} plain parametrised tests: {plain:.3f} s (median of {repeats})")
+        print(f"{ITEMS} plain parametrised tests: {plain:.3f} s (median of {repeats}, in turns)")
         print(f"{ITEMS} trivial haico items (collection + fsynced ledger): {haico:.3f} s")
         print(
             f"  added per item: {(haico - plain) / ITEMS * 1000:.3f} ms (target <= 0.6 ms); "
             f"ratio haico/plain {haico / plain:.2f}"
         )
 
-        small = base / "resume"
-        write_campaign(small, 100)
-        collect = pytest_cmd("experiments", "--collect-only")
-        without = median_of(repeats, collect, small)
-        ledger = fill_ledger(small, LEDGER_RECORDS)
+        empty, full = base / "resume-empty", base / "resume-full"
+        write_campaign(empty, 100)
+        write_campaign(full, 100)
+        ledger = fill_ledger(full, LEDGER_RECORDS)
         size = sum(p.stat().st_size for p in ledger.glob("*.jsonl")) / 1e6
-        with_ledger = median_of(repeats, collect, small)
+        collect = pytest_cmd("experiments", "--collect-only")
+        without, with_ledger = paired_medians(repeats, (collect, empty), (collect, full))
         print(f"collection of 100 items, empty ledger: {without:.3f} s")
         print(
             f"collection with a {LEDGER_RECORDS:,}-record ledger ({size:.0f} MB): "
