@@ -170,6 +170,11 @@ def _resolve(config: pytest.Config, env: Mapping[str, str]) -> Settings:
         raise pytest.UsageError(
             "haico: --haico-model and --haico-model-endpoint exclude each other; give one"
         )
+    if settings.model and settings.attach:
+        raise pytest.UsageError(
+            "haico: --haico-model and --haico-attach exclude each other: a kept stack serves "
+            "its own model; give one"
+        )
     if settings.backend_image and settings.backend_cmd:
         raise pytest.UsageError(
             "haico: --haico-backend-image and --haico-backend-cmd exclude each other; give one"
