@@ -263,7 +263,7 @@ def test_an_arm_asking_for_the_gpu_check_fails_gate_gpu_check_before_vllm_loads(
         [
             # `[[]` is fnmatch's literal `[`.
             "gate failed (exit 78): arm demo: gate gpu_check failed: * device 0: * samples "
-            "(max 31 C, 61 W, ECC 0); FAILED: the burn on device 0 failed (exit 1): gpu_burn: "
+            "(max 31 C, 61 W, ECC 0); FAILED: the burn on device 0 failed (exit 1): RuntimeError: "
             "torch is not importable, and numpy cannot use cuda:0; * device 1: *; resubmit away "
             "from this node (sbatch --exclude=<node>) and report it to the cluster's admins, or "
             "set [[]run] gpu_check = false to run without the check"
