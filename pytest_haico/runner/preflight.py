@@ -33,6 +33,7 @@ from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.served import ServedCheck, served_name
 from pytest_haico.runner.walltime import WalltimeAdmission
+from pytest_haico.stack.request import ModelEndpoint
 
 if TYPE_CHECKING:
     from pytest_haico.config.items import ItemSpec
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-# The model endpoint the local profile gives the backend, as gate prohibited_environment
-# sees it before the stack starts (the port is not known yet).
+# The model endpoint the local profile (and the relay to a model elsewhere) gives the
+# backend, as gate prohibited_environment sees it before the stack starts (no port yet).
 LOCAL_MODEL_ENDPOINT = "http://vllm.localhost/v1"
 # The free space gate results_writable asks for at the least: the dumps of a new database.
 MIN_DUMP_SPACE = 64 * 1024 * 1024
@@ -203,6 +204,8 @@ def static_gates(
         return replace(present, detail=f"{present.detail}; {frozen.detail}")
 
     endpoint = settings.model_endpoint or LOCAL_MODEL_ENDPOINT
+    if ModelEndpoint(endpoint).relayed:  # the backend is given the stack's relay instead
+        endpoint = LOCAL_MODEL_ENDPOINT
     vllm_environment = partial(
         static.check_vllm_environment,
         environ,

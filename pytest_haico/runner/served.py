@@ -68,12 +68,13 @@ class ServedCheck:
 
     def endpoint(self) -> ModelEndpoint:
         """The endpoint the backend is given, with its key (after a passed gate). A server
-        on this node is named under .localhost, whose host says `vllm` to the backend."""
+        on this node is named under .localhost, whose host says `vllm` to the backend; one
+        on another node is reached through the stack's relay, named so too."""
         assert self.served is not None, "the served_model gate has not passed"
         entry = self.served.entry
-        host = f"vllm.localhost:{entry.port}" if entry.host in _LOOPBACK else None
-        url = f"http://{host}/v1" if host is not None else entry.endpoint
-        return ModelEndpoint(url, self._api_key)
+        if entry.host in _LOOPBACK:
+            return ModelEndpoint(f"http://vllm.localhost:{entry.port}/v1", self._api_key)
+        return ModelEndpoint(entry.endpoint, self._api_key)
 
 
 def identity_differences(arm: Arm, served: ServedModel, *, profile: Profile) -> list[str]:

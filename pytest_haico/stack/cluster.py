@@ -51,6 +51,7 @@ from pytest_haico.stack.phoenix import build_phoenix_service
 from pytest_haico.stack.ports import PortPool
 from pytest_haico.stack.postgres import PostgresService
 from pytest_haico.stack.profiles import HttpService, Stack
+from pytest_haico.stack.relay import build_relay_service
 from pytest_haico.stack.request import StackRequest
 from pytest_haico.stack.service import Service, new_secret
 
@@ -236,7 +237,10 @@ def build_cluster_stack(request: StackRequest) -> Stack:
     }
     api_key = model_endpoint.api_key if model_endpoint is not None else new_secret()
     admin_token = new_secret()
-    llm = None
+    llm = relay = None
+    if model_endpoint is not None and model_endpoint.relayed:
+        relay = build_relay_service(*model_endpoint.host_port)
+    model_side = (relay.name,) if relay is not None else ()
     if model_endpoint is None:
         if resolved.vllm_venv is None:
             raise ConfigError(
@@ -252,6 +256,8 @@ def build_cluster_stack(request: StackRequest) -> Stack:
     )
 
     def model_url() -> str:
+        if relay is not None:
+            return f"http://{MODEL_HOST}:{orchestrator.port(relay.name)}/v1"
         if model_endpoint is not None:
             return model_endpoint.url
         return f"http://{MODEL_HOST}:{orchestrator.port('llm')}/v1"
@@ -275,7 +281,7 @@ def build_cluster_stack(request: StackRequest) -> Stack:
             database_url=lambda: postgres.dsn_for(orchestrator.port(postgres.name)),
             model_endpoint=model_url,
             database_secrets=postgres.secrets,
-            requires=(postgres.name,),
+            requires=(postgres.name, *model_side),
             start_timeout=BACKEND_START_TIMEOUT_S,
         )
     else:
@@ -306,13 +312,13 @@ def build_cluster_stack(request: StackRequest) -> Stack:
             hosts=hosts_file_text(),
             health_path="/api/health",
             health_headers={"Authorization": f"Bearer {admin_token}"},
-            requires=(postgres.name,) if phoenix is None else (postgres.name, phoenix.name),
+            requires=(postgres.name, *model_side, *((phoenix.name,) if phoenix else ())),
             start_timeout=BACKEND_START_TIMEOUT_S,
             secrets=tuple(s for s in (api_key, admin_token, *postgres.secrets) if s),
             port_env="HAICO_BACKEND_PORT",
         )
     # The model server first: its load is the long pole, and Postgres' initdb overlaps it.
-    services: list[Service] = [llm] if llm is not None else []
+    services: list[Service] = [s for s in (llm, relay) if s is not None]
     services.append(postgres)
     if phoenix is not None:
         services.append(phoenix)
@@ -332,5 +338,6 @@ def build_cluster_stack(request: StackRequest) -> Stack:
         api_key=api_key,
         admin_token=admin_token,
         model_endpoint=model_endpoint,
+        relay=relay,
         backend_config=config.environment() if backend_command is None else {},
     )

@@ -11,6 +11,7 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.stack.orchestrator import Orchestrator
 from pytest_haico.stack.postgres import PostgresService
 from pytest_haico.stack.profiles import HttpService, Stack
+from pytest_haico.stack.relay import build_relay_service
 from pytest_haico.stack.request import BackendCommand, StackRequest
 from pytest_haico.stack.service import Service, new_secret
 
@@ -166,9 +167,12 @@ def build_local_stack(request: StackRequest) -> Stack:
     api_key = model_endpoint.api_key if model_endpoint is not None else new_secret()
     admin_token = new_secret()
     postgres = PostgresService()
-    llm = None
+    llm = relay = None
     if model_endpoint is None:
         llm = build_arm_llm_service(arm, api_key=api_key)
+    elif model_endpoint.relayed:
+        relay = build_relay_service(*model_endpoint.host_port)
+    model_side = (relay.name,) if relay is not None else ()
 
     def database_url() -> str:
         # Called at each spawn of the backend, which may come before Postgres' own: the
@@ -185,7 +189,7 @@ def build_local_stack(request: StackRequest) -> Stack:
             database_url=database_url,
             model_endpoint=lambda: stack.model_endpoint,
             database_secrets=postgres.secrets,
-            requires=(postgres.name,),
+            requires=(postgres.name, *model_side),
         )
     else:
         backend = build_backend_service(
@@ -199,11 +203,11 @@ def build_local_stack(request: StackRequest) -> Stack:
             # The stand-in waits for its database and answers /api/health only once it can
             # use it, so its LangGraph import (over a second) overlaps Postgres' start. A
             # real backend (the cluster profile) `requires` Postgres instead.
-            waits_for=(postgres.name,),
+            waits_for=(postgres.name, *model_side),
         )
     # The LLM first: on a cluster its load is the long pole, and it overlaps Postgres' set-up.
     # Postgres' template copy runs in a worker thread while the others start.
-    services: list[Service] = [llm] if llm is not None else []
+    services: list[Service] = [s for s in (llm, relay) if s is not None]
     orchestrator = Orchestrator(
         [*services, postgres, backend],
         request.log_dir,
@@ -219,5 +223,6 @@ def build_local_stack(request: StackRequest) -> Stack:
         api_key=api_key,
         admin_token=admin_token,
         model_endpoint=model_endpoint,
+        relay=relay,
     )
     return stack

@@ -106,6 +106,7 @@ class Stack:
         api_key: str,
         admin_token: str,
         model_endpoint: ModelEndpoint | None = None,
+        relay: HttpService | None = None,
         backend_config: Mapping[str, str] | None = None,
     ) -> None:
         self.orchestrator = orchestrator
@@ -114,6 +115,7 @@ class Stack:
         self.postgres = postgres
         self.llm = llm
         self.external_model = model_endpoint
+        self.relay = relay  # to an external model on another node (`stack.relay`)
         self.backend = backend
         self.api_key = api_key
         self.admin_token = admin_token
@@ -154,6 +156,8 @@ class Stack:
     @property
     def model_endpoint(self) -> str:
         """The OpenAI-compatible base URL the backend is given for the model."""
+        if self.relay is not None:
+            return f"http://vllm.localhost:{self.relay.port}/v1"
         if self.external_model is not None:
             return self.external_model.url
         assert self.llm is not None

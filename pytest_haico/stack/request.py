@@ -29,10 +29,23 @@ class BackendCommand:
 
 @dataclass(frozen=True)
 class ModelEndpoint:
-    """A model server that already runs (`--haico-model-endpoint`), and its key."""
+    """A model server that already runs (`--haico-model-endpoint`, a served model), and its
+    key."""
 
     url: str
     api_key: str = field(default="", repr=False)
+
+    @property
+    def relayed(self) -> bool:
+        """Whether the backend reaches it through the stack's relay (`stack.relay`): the
+        HAI-Co² backend sends VLLM_API_KEY only to a host whose name contains `vllm`."""
+        return "vllm" not in (urllib.parse.urlsplit(self.url).hostname or "")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """The server's host and port (the scheme's default port if the URL has none)."""
+        parts = urllib.parse.urlsplit(self.url)
+        return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
 
     @property
     def reachable_base_url(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from collections import Counter
@@ -89,6 +90,28 @@ def test_the_stand_in_backend_run_as_a_command_gives_the_built_in_verdicts(
     again.stdout.fnmatch_lines(["haico: 4 done in ledger, 0 to run (0 retries)"])
 
 
+def test_a_model_server_whose_host_does_not_say_vllm_is_reached_through_the_relay(
+    campaign: CampaignProject, served_model: HttpService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a model served on another node: the backend sends its key only to a `vllm` host.
+    campaign.arm("demo", "[model]\nserved_name = 'shared-model'\n")
+    campaign.simple_scripts("s1")
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    monkeypatch.setenv("HAICO_MODEL_API_KEY", "the-shared-key")
+    endpoint = f"http://127.0.0.1:{served_model.port}/v1"
+    result = campaign.run_subprocess("--haico-model-endpoint", endpoint)
+    assert result.ret == 0, result.stdout.str()
+    [record] = campaign.records("demo")
+    assert record["verdict"] == "completed"
+    assert record["model_identity"]["endpoint"] == endpoint
+    result.stdout.re_match_lines([r"haico: demo stack healthy in .* \(ready: model-relay .*"])
+    (run,) = (campaign.arm_dir("demo") / "runs").iterdir()
+    assert not (run / "logs" / "llm.log").exists()
+    assert "127.0.0.1:" in (run / "logs" / "model-relay.log").read_text()
+    config = (run / "run-config.env").read_text()
+    assert re.search(r"^MODEL_ENDPOINT=http://vllm\.localhost:\d+/v1$", config, re.MULTILINE)
+
+
 @pytest.fixture
 def served_model(tmp_path: Path) -> Iterator[HttpService]:
     """A stand-in model server started by hand, as another user's job would serve it."""
@@ -121,10 +144,10 @@ def test_a_campaign_attaches_to_a_model_server_that_already_runs(
     assert [r["model_identity"] for r in records] == [
         {"kind": "endpoint", "endpoint": endpoint, "served_name": "shared-model"}
     ] * 2
+    result.stdout.re_match_lines([r"haico: demo stack healthy in .* \(ready: postgres .*"])
     (run,) = (campaign.arm_dir("demo") / "runs").iterdir()
-    services = json.loads((run / "services.json").read_text())["services"]
-    assert "llm" not in {s["name"] for s in services}
     assert not (run / "logs" / "llm.log").exists()
+    assert not (run / "logs" / "model-relay.log").exists()
     # The key came from the environment; it is in no results file.
     for path in campaign.arm_dir("demo").rglob("*"):
         if path.is_file():
