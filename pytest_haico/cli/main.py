@@ -6,6 +6,7 @@
     haico report <results>/<campaign> [--html out.html]
     haico compare <A> <B> [--exit-on-regression]  (DIR, DIR@RUN_ID, DIR@latest|previous)
     haico show <test id or item id> [--attempt N] [--campaign NAME]
+    haico validate --baseline CMD|COMMIT --candidate CMD|COMMIT [--arm A] [-- PYTEST ARGS]
     haico init <dir>
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
     haico env [--venv-only | --images-only] [--arm A] [--dry-run]
@@ -36,6 +37,7 @@ from pytest_haico.cli import (
     show,
     stack,
     submit,
+    validate,
 )
 from pytest_haico.cli.output import exit_now
 from pytest_haico.errors import HaicoError
@@ -87,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     env.add_parser(commands)
     gpu_check.add_parser(commands)
     serve.add_parser(commands)
+    validate.add_parser(commands)
     return parser
 
 
