@@ -70,12 +70,10 @@ def _identity(
     submission's (what its jobs ran), else the profile pytest resolves (--haico-profile's
     environment variable and ini key, default local) and the project's cluster.env."""
     from pytest_haico.config.values import enum_parser
-    from pytest_haico.submit.inputs import InputsError, newest_submission
+    from pytest_haico.submit.inputs import submitted_identity
 
-    try:
-        submission = newest_submission(campaign_dir)
-    except (InputsError, OSError):
-        profile = arguments.resolver(args).get("profile", enum_parser(Profile), Profile.LOCAL)
-        return profile, places.site.get("BACKEND_IMAGE") if places.site else None
-    site = submission.site()
-    return Profile(submission.profile), site.get("BACKEND_IMAGE") if site else None
+    submitted = submitted_identity(campaign_dir)
+    if submitted is not None:
+        return Profile(submitted[0]), submitted[1]
+    profile = arguments.resolver(args).get("profile", enum_parser(Profile), Profile.LOCAL)
+    return profile, places.site.get("BACKEND_IMAGE") if places.site else None

@@ -79,17 +79,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Campaign operations for pytest-haico: cost, staged submission, continuation.",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    cost.add_parser(commands)
-    submit.add_parsers(commands)
-    report.add_parser(commands)
-    compare.add_parser(commands)
-    show.add_parser(commands)
-    init.add_parser(commands)
-    stack.add_parser(commands)
-    env.add_parser(commands)
-    gpu_check.add_parser(commands)
-    serve.add_parser(commands)
-    validate.add_parser(commands)
+    every = (cost, submit, report, compare, show, validate, init, stack, env, gpu_check, serve)
+    for command in every:
+        command.add_parser(commands)
     return parser
 
 

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from pytest_haico.submit.jobs import Request
 
 
-def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`haico submit` and `haico continue`."""
     submit = commands.add_parser("submit", help="freeze the inputs and submit one stage")
     submit.add_argument("campaign", help="campaign name (under the results root) or directory")
     submit.add_argument("--stage", required=True, choices=("smoke", "full", "continue"))
@@ -128,27 +129,9 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def run_continue(args: argparse.Namespace) -> int:
     from pytest_haico.submit.continuation import continue_
-    from pytest_haico.submit.inputs import InputsError, load_submission, newest_submission
+    from pytest_haico.submit.inputs import find_submission
 
-    campaign_dir = arguments.campaign_dir(args)
-    if not campaign_dir.is_dir():
-        raise InputsError(
-            f"{campaign_dir} is no campaign directory: give <results>/<campaign>, or the "
-            "campaign's name with --results"
-        )
-    name = getattr(args, "submission", None)
-    if name:
-        if not (len(name) == 12 and all(c in "0123456789abcdef" for c in name)):
-            raise InputsError(
-                f"--submission {name!r}: a submission is named by 12 hex digits, as under "
-                f"{campaign_dir}/submissions/"
-            )
-        found = load_submission(campaign_dir, name)
-        if found is None:
-            raise InputsError(f"{campaign_dir} has no submission {name}")
-        submission = found
-    else:
-        submission = newest_submission(campaign_dir)
+    submission = find_submission(arguments.campaign_dir(args), getattr(args, "submission", None))
     print(f"haico: submission {submission.name} ({submission.digest})", flush=True)
     if getattr(args, "until_done", False):
         from pytest_haico.submit.until_done import until_done

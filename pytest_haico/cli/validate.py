@@ -15,8 +15,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--baseline", required=True, metavar="CMD|COMMIT", help="the build compared with"
     )
     v.add_argument("--candidate", required=True, metavar="CMD|COMMIT", help="the build checked")
-    v.add_argument("--backend-cmd", help="a COMMIT's command, run in its checkout (as pytest's)")
-    v.add_argument("--backend-repo", type=Path, default=Path(), help="default: this directory")
+    v.add_argument("--backend-cmd", metavar="CMD", help="a COMMIT's command, run in its checkout")
+    v.add_argument("--backend-repo", type=Path, default=Path(), metavar="DIR", help="default: .")
     v.add_argument("--arm", help="the arm whose items run (default: the only one)")
     v.add_argument("--attach", metavar="ARM|FILE", help="the model of this kept stack")
     v.add_argument("--campaign", help="default: validate-<UTC time>, a new campaign")
@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from pytest_haico.validate.session import Request, validate
 
-    flags = {"profile": "--profile", "backend_cmd": "--backend-cmd"}
+    flags = {**arguments.PROJECT_FLAGS, "profile": "--profile", "backend_cmd": "--backend-cmd"}
     request = Request(
         args.baseline,
         args.candidate,
@@ -38,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
         campaign=args.campaign,
         attach=args.attach,
         pytest_args=tuple(args.pytest_args),
-        resolver=arguments.resolver(args, flags={**arguments.PROJECT_FLAGS, **flags}),
+        resolver=arguments.resolver(args, flags=flags),
     )
     return validate(request, say=lambda line: print(line, flush=True))

@@ -16,18 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
-from pytest_haico.report.terminal import table
+from pytest_haico.report.terminal import Say, table
 from pytest_haico.results import Record, Results, ResultsReadError, load_results
 
 Key = tuple[str, str, int]
-Say = Callable[[str], None]
 
 # Run-config keys that differ between any two runs (ports, paths, job ids), not compared.
 _VOLATILE_SUFFIXES = ("_PORT", "_SOURCE", "_DIR")

@@ -316,3 +316,34 @@ def newest_submission(campaign_dir: Path) -> Submission:
             f"`haico submit {campaign_dir} --stage smoke`"
         )
     return max(found, key=lambda s: str(s.manifest.get("created") or ""))
+
+
+def find_submission(campaign_dir: Path, name: str | None) -> Submission:
+    """The submission `name` (12 hex digits) of the campaign, else its newest."""
+    if not campaign_dir.is_dir():
+        raise InputsError(
+            f"{campaign_dir} is no campaign directory: give <results>/<campaign>, or the "
+            "campaign's name with --results"
+        )
+    if not name:
+        return newest_submission(campaign_dir)
+    if not (len(name) == 12 and all(c in "0123456789abcdef" for c in name)):
+        raise InputsError(
+            f"--submission {name!r}: a submission is named by 12 hex digits, as under "
+            f"{campaign_dir}/{SUBMISSIONS_DIR}/"
+        )
+    found = load_submission(campaign_dir, name)
+    if found is None:
+        raise InputsError(f"{campaign_dir} has no submission {name}")
+    return found
+
+
+def submitted_identity(campaign_dir: Path) -> tuple[str, str | None] | None:
+    """The profile and site backend image the campaign's newest submission ran its items
+    under (what their ids were made with); None when it has no readable submission."""
+    try:
+        submission = newest_submission(campaign_dir)
+    except (InputsError, OSError):
+        return None
+    site = submission.site()
+    return submission.profile, site.get("BACKEND_IMAGE") if site else None
