@@ -1,6 +1,6 @@
 """`haico compare A B`: per script and repeat, how B's newest records differ from A's —
-verdict changes (regressions first), latency and token deltas — and the run-config keys
-that differ.
+verdict changes (regressions first), the expectations that passed on one side only, latency
+and token deltas — and the run-config keys that differ.
 
 An operand is a campaign directory, an arm directory, a run directory
 (`<arm>/runs/<run_id>`), a run's ledger (`<arm>/ledger/<run_id>.jsonl`), or a campaign or

@@ -193,3 +193,48 @@ def test_two_commits_without_a_regression_exit_0_on_a_kept_stacks_model(project:
     assert not list(Path(os.environ["TMPDIR"]).glob("haico-validate-*"))
     assert _haico(project, "stack", "status", "demo").returncode == 0
     assert _haico(project, "stack", "down", "demo").returncode == 0
+
+
+def test_a_run_that_does_not_finish_exits_75_and_an_empty_selection_2(project: Path) -> None:
+    up = _haico(project, "stack", "up", "demo")
+    assert up.returncode == 0, up.stdout + up.stderr
+    attached = ("validate", "--attach", "demo", "--baseline", STANDIN)
+
+    # A candidate that does not start: its run fails the backend's gate, nothing is compared.
+    dead = f"{PYTHON} -c 'raise SystemExit(3)' --port {{port}}"
+    result = _haico(project, *attached, "--candidate", dead)
+    assert result.returncode == 75, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    pytest.LineMatcher(lines).fnmatch_lines(
+        [
+            "*2 passed*",
+            "haico: validate: the candidate run did not finish (pytest exit 78: a gate failed); "
+            "nothing compared; its records: */results/validate-*/demo",
+        ]
+    )
+    assert not any(line.startswith("regressions") for line in lines)
+
+    # A selection of no item: a usage error, before any comparison.
+    empty = _haico(project, *attached, "--candidate", dead, "--", "-k", "no-such-item")
+    assert empty.returncode == 2, empty.stdout + empty.stderr
+    assert empty.stderr.splitlines()[-1] == (
+        "haico: the baseline run recorded no item: pytest's arguments -k no-such-item select "
+        "no item of arm demo"
+    )
+
+    # The kept stack serves another profile than the one asked for.
+    other = _haico(project, *attached, "--candidate", dead, "--profile", "cluster")
+    assert other.returncode == 2
+    assert other.stderr.splitlines() == [
+        f"haico: {Path(os.environ['TMPDIR'])}/pytest-haico-{os.getuid()}/stacks/demo.json keeps "
+        "the local profile's stack, not the cluster profile's: give --profile local"
+    ]
+    # ... or another arm than the one asked for.
+    (project / "experiments" / "arms" / "other.toml").write_text("")
+    other_arm = _haico(project, *attached, "--candidate", dead, "--arm", "other")
+    assert other_arm.returncode == 2
+    assert other_arm.stderr.splitlines()[-1].endswith(
+        "/stacks/demo.json keeps arm demo, not arm other: give --arm demo, or attach to a stack "
+        "of arm other"
+    )
+    assert _haico(project, "stack", "down", "demo").returncode == 0

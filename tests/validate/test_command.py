@@ -25,11 +25,22 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def _asked(monkeypatch: pytest.MonkeyPatch) -> list[session.Request]:
+    """What `haico validate` asks of the validation, which runs nothing here."""
+    asked: list[session.Request] = []
+
+    def validate(request: session.Request, say: object) -> int:
+        asked.append(request)
+        return 0
+
+    monkeypatch.setattr(session, "validate", validate)
+    return asked
+
+
 def test_pytest_arguments_after_the_double_dash_are_passed_on(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    asked: list[session.Request] = []
-    monkeypatch.setattr(session, "validate", lambda request, say: asked.append(request) or 0)
+    asked = _asked(monkeypatch)
     argv = ["validate", "--baseline", "main", "--candidate", "./run --port {port}", "--arm"]
     assert main([*argv, "alpha", "--", "-k", "greet", "-m", "smoke"]) == 0
     (request,) = asked
@@ -42,8 +53,7 @@ def test_pytest_arguments_after_the_double_dash_are_passed_on(
 def test_the_backend_command_of_a_commit_resolves_as_pytests_setting(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    asked: list[session.Request] = []
-    monkeypatch.setattr(session, "validate", lambda request, say: asked.append(request) or 0)
+    asked = _asked(monkeypatch)
     monkeypatch.setenv("PYTEST_HAICO_BACKEND_CMD", "from-the-environment {port}")
     assert main(["validate", "--baseline", "a", "--candidate", "b"]) == 0
     assert main(["validate", "--baseline", "a", "--candidate", "b", "--backend-cmd", "x"]) == 0
