@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_haico.cli.output import Finish, Say, warn
+from pytest_haico.cli.output import warn
 from pytest_haico.results import paused_gc
 
 
@@ -28,32 +28,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_compare(
-        args.a,
-        args.b,
-        exit_on_regression=args.exit_on_regression,
-        say=print,
-        warn=warn,
-        finish=args.finish,
-    )
-
-
-def run_compare(
-    a: str, b: str, *, exit_on_regression: bool, say: Say, warn: Say, finish: Finish | None = None
-) -> int:
-    """Print the comparison; 1 with `exit_on_regression` when B regressed, else 0.
-    `finish`, if given, is called with that status while the records are still in memory."""
-    from pytest_haico.report.compare import compare_lines, load_operand
+    from pytest_haico.report.compare import print_comparison
 
     with paused_gc():  # the records stay alive: the collector would walk them for nothing
-        sides = [load_operand(a), load_operand(b)]
-        for label, results in zip("AB", sides, strict=True):
-            for message in results.warnings[:5]:
-                warn(f"ledger warning ({label}): {message}")
-        lines, regressions = compare_lines(*sides)
-        for line in lines:
-            say(line)
-        status = 1 if exit_on_regression and regressions else 0
-        if finish is not None:
-            finish(status)
+        regressions, _ = print_comparison(args.a, args.b, say=print, warn=warn)
+        status = 1 if args.exit_on_regression and regressions else 0
+        if args.finish is not None:  # ends the process while the records are still in memory
+            args.finish(status)
     return status

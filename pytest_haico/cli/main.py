@@ -6,6 +6,7 @@
     haico report <results>/<campaign> [--html out.html]
     haico compare <A> <B> [--exit-on-regression]  (DIR, DIR@RUN_ID, DIR@latest|previous)
     haico show <test id or item id> [--attempt N] [--campaign NAME]
+    haico validate --baseline CMD|COMMIT --candidate CMD|COMMIT [--arm A] [-- PYTEST ARGS]
     haico init <dir>
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
     haico env [--venv-only | --images-only] [--arm A] [--dry-run]
@@ -36,6 +37,7 @@ from pytest_haico.cli import (
     show,
     stack,
     submit,
+    validate,
 )
 from pytest_haico.cli.output import exit_now
 from pytest_haico.errors import HaicoError
@@ -77,16 +79,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Campaign operations for pytest-haico: cost, staged submission, continuation.",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    cost.add_parser(commands)
-    submit.add_parsers(commands)
-    report.add_parser(commands)
-    compare.add_parser(commands)
-    show.add_parser(commands)
-    init.add_parser(commands)
-    stack.add_parser(commands)
-    env.add_parser(commands)
-    gpu_check.add_parser(commands)
-    serve.add_parser(commands)
+    every = (cost, submit, report, compare, show, validate, init, stack, env, gpu_check, serve)
+    for command in every:
+        command.add_parser(commands)
     return parser
 
 

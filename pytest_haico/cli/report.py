@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pytest_haico.cli import arguments
 from pytest_haico.cli.output import warn
+from pytest_haico.results import paused_gc
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,8 +26,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_haico.report.campaign_report import print_report
+    from pytest_haico.report.terminal import print_report
 
-    return print_report(
-        arguments.campaign_dir(args), html=args.html, say=print, warn=warn, finish=args.finish
-    )
+    campaign = arguments.campaign_dir(args)
+    with paused_gc():  # 100,000 records stay alive: the collector would walk them for nothing
+        print_report(campaign, html=args.html, say=print, warn=warn)
+        if args.finish is not None:  # ends the process while the records are still in memory
+            args.finish(0)
+    return 0

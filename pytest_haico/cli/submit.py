@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from pytest_haico.submit.jobs import Request
 
 
-def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`haico submit` and `haico continue`."""
     submit = commands.add_parser("submit", help="freeze the inputs and submit one stage")
     submit.add_argument("campaign", help="campaign name (under the results root) or directory")
     submit.add_argument("--stage", required=True, choices=("smoke", "full", "continue"))
@@ -128,9 +129,9 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def run_continue(args: argparse.Namespace) -> int:
     from pytest_haico.submit.continuation import continue_
-    from pytest_haico.submit.inputs import chosen_submission
+    from pytest_haico.submit.inputs import find_submission
 
-    submission = chosen_submission(arguments.campaign_dir(args), getattr(args, "submission", None))
+    submission = find_submission(arguments.campaign_dir(args), getattr(args, "submission", None))
     print(f"haico: submission {submission.name} ({submission.digest})", flush=True)
     if getattr(args, "until_done", False):
         from pytest_haico.submit.until_done import until_done

@@ -1,6 +1,6 @@
 """`haico compare A B`: per script and repeat, how B's newest records differ from A's —
-verdict changes (regressions first), latency and token deltas — and the run-config keys
-that differ.
+verdict changes (regressions first), the expectations that passed on one side only, latency
+and token deltas — and the run-config keys that differ.
 
 An operand is a campaign directory, an arm directory, a run directory
 (`<arm>/runs/<run_id>`), a run's ledger (`<arm>/ledger/<run_id>.jsonl`), or a campaign or
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
-from pytest_haico.report.terminal import table
+from pytest_haico.report.terminal import Say, table
 from pytest_haico.results import Record, Results, ResultsReadError, load_results
 
 Key = tuple[str, str, int]
@@ -220,11 +220,60 @@ def compare_lines(a: Results, b: Results) -> tuple[list[str], int]:
     )
     for pair in regressions:
         lines.append(f"  B's transcript of {_name(pair.key)}: {pair.b.transcript_path}")
+    lines += expectation_lines(pairs)
     lines.append("")
     lines += _delta_lines(pairs)
     lines.append("")
     lines += provenance_lines(a, b)
     return lines, len(regressions)
+
+
+def print_comparison(a: str, b: str, *, say: Say, warn: Say) -> tuple[int, list[Results]]:
+    """Print how operand `b` differs from operand `a` (`load_operand`); the number of
+    regressions, and the records read (the caller decides when they are let go)."""
+    sides = [load_operand(a), load_operand(b)]
+    for label, results in zip("AB", sides, strict=True):
+        for message in results.warnings[:5]:
+            warn(f"ledger warning ({label}): {message}")
+    lines, regressions = compare_lines(*sides)
+    for line in lines:
+        say(line)
+    return regressions, sides
+
+
+def _expectations(record: Record) -> dict[tuple[int, str, str], tuple[bool, str]]:
+    """Each checked expectation of the record: (turn, key, expected) -> (passed, seen)."""
+    found = {}
+    for turn in record.turns:
+        index = turn.get("index")
+        results = turn.get("expectations")
+        for result in results if isinstance(results, list) else ():
+            if isinstance(result, dict) and isinstance(index, int):
+                expected = json.dumps(result.get("expected"), ensure_ascii=False)
+                where = (index, str(result.get("expectation")), expected)
+                found[where] = (bool(result.get("passed")), str(result.get("seen", "")))
+    return found
+
+
+def expectation_lines(pairs: list[Pair]) -> list[str]:
+    """The expectations checked on both sides that passed on one side only (turns from 1)."""
+    changes = []
+    for pair in pairs:
+        a, b = _expectations(pair.a), _expectations(pair.b)
+        changes += [
+            (pair.key, at, b[at]) for at in sorted(a.keys() & b.keys()) if a[at][0] != b[at][0]
+        ]
+    failing = sum(1 for _, _, (passed, _) in changes if not passed)
+    lines = [
+        f"expectation changes: {failing} passed in A and fail in B, {len(changes) - failing} "
+        "failed in A and pass in B"
+    ]
+    for key, (turn, name, expected), (passed, seen) in changes[:_TOP]:
+        change = "A fail → B pass" if passed else f"A pass → B FAIL (seen: {seen})"
+        lines.append(f"  {_name(key)} turn {turn + 1}: expect {name} {expected}: {change}")
+    if len(changes) > _TOP:
+        lines.append(f"  and {len(changes) - _TOP} more")
+    return lines
 
 
 def _only_lines(label: str, records: list[Record]) -> Iterator[str]:

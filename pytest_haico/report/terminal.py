@@ -5,9 +5,13 @@ is `html`)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
-from pytest_haico.report.data import Report, count, seconds
+from pytest_haico.report.data import Report, build_report, count, seconds
+from pytest_haico.results import load_results
+
+Say = Callable[[str], None]
 
 _HEAD = (
     "arm",
@@ -139,3 +143,26 @@ def _provenance_lines(report: Report) -> Iterator[str]:
             f"  {run.arm} {run.run_id}: {run.records:,} records, start-up "
             f"{seconds(run.startup_s)}" + (f"; {shown}" if shown else "")
         )
+
+
+def print_report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> Report:
+    """Print the campaign's terminal report; with `html`, also write the HTML report there.
+    The report's records stay alive until the caller lets the report go."""
+    if html is not None:
+        from pytest_haico.report.html import check_plotting
+
+        check_plotting()  # before the slow part: say what to install at once
+    results = load_results(campaign, warn=None)
+    for message in results.warnings[:5]:
+        warn(f"ledger warning: {message}")
+    if len(results.warnings) > 5:
+        warn(f"{len(results.warnings) - 5} more ledger warnings")
+    report = build_report(results)
+    for line in report_lines(report):
+        say(line)
+    if html is not None:
+        from pytest_haico.report.html import write_html
+
+        write_html(report, html)
+        say(f"\nHTML report: {html}")
+    return report

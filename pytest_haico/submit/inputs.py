@@ -318,8 +318,8 @@ def newest_submission(campaign_dir: Path) -> Submission:
     return max(found, key=lambda s: str(s.manifest.get("created") or ""))
 
 
-def chosen_submission(campaign_dir: Path, name: str | None) -> Submission:
-    """The submission `haico continue` works on: `name` (12 hex digits), else the newest."""
+def find_submission(campaign_dir: Path, name: str | None) -> Submission:
+    """The submission `name` (12 hex digits) of the campaign, else its newest."""
     if not campaign_dir.is_dir():
         raise InputsError(
             f"{campaign_dir} is no campaign directory: give <results>/<campaign>, or the "
@@ -339,8 +339,8 @@ def chosen_submission(campaign_dir: Path, name: str | None) -> Submission:
 
 
 def submitted_identity(campaign_dir: Path) -> tuple[str, str | None] | None:
-    """The profile and site image the newest submission's jobs gave their items ids under;
-    None when the campaign has no submission haico can read."""
+    """The profile and site backend image the campaign's newest submission ran its items
+    under (what their ids were made with); None when it has no readable submission."""
     try:
         submission = newest_submission(campaign_dir)
     except (InputsError, OSError):
