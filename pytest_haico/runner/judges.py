@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, ScriptSource
 from pytest_haico.config.identity import parse_model_identity
+from pytest_haico.config.validation import human_field
 from pytest_haico.driver.judging import JudgedTurn, JudgeVerdict, ScoredTurn
 from pytest_haico.errors import CatalogueError, ConfigError, JudgeError
 from pytest_haico.ledger.records import JudgeRecord
@@ -45,7 +46,7 @@ def check_judges(
             source, index = asking[0]
             raise ConfigError(
                 source.where,
-                f"turns.{index}.expect.judge",
+                human_field(["turns", index, "expect", "judge"]),
                 f"arm {arm.name} has no judge to ask: name the served judge model with "
                 '--haico-judge NAME (or the arm\'s [run] judge = "NAME"; `haico serve '
                 "--list` shows what is served)",

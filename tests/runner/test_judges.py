@@ -73,7 +73,7 @@ def test_a_judge_question_without_a_judge_names_the_script_and_the_fix(catalogue
         check_judges([_arm()], [_source(None, {"judge": "Q?"})], option=None, catalogue=catalogue)
     message = str(caught.value)
     assert message.startswith("experiments/scripts/plan.yaml:3")
-    assert "turns.1.expect.judge: arm demo has no judge to ask: name the served judge model " in (
+    assert "turn 2, expect.judge: arm demo has no judge to ask: name the served judge model " in (
         message
     )
     assert "--haico-judge NAME" in message and '[run] judge = "NAME"' in message

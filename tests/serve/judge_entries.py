@@ -18,8 +18,8 @@ from pytest_haico.serve.catalogue import (
 )
 from pytest_haico.slurm.records import JobRecord
 
-JUDGE_MODEL = "path:/models/judge;config.json:" + "a" * 64 + ";model.safetensors.index.json:" + (
-    "b" * 64
+JUDGE_MODEL = (
+    "path:/models/judge;config.json:" + "a" * 64 + ";model.safetensors.index.json:" + ("b" * 64)
 )
 NODE = socket.gethostname()
 
