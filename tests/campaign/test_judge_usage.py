@@ -33,7 +33,7 @@ def test_a_judge_question_without_a_judge_names_script_line_and_fix(
     assert line == (
         f"ERROR: haico: {campaign.experiments / 'scripts' / 'judged.yaml'}: turn 2, "
         "expect.judge: arm demo has no judge to ask: name the served judge model with "
-        "--haico-judge NAME (or the arm's [run] judge = \"NAME\"; `haico serve --list` shows "
+        '--haico-judge NAME (or the arm\'s [run] judge = "NAME"; `haico serve --list` shows '
         "what is served)"
     )
 

@@ -4,11 +4,13 @@ scores the questions it claims; a judge that cannot be reached makes the item in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_haico.cli.main import main
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.serve.judge_entries import register_judge, scontrol_shim
 from tests.standins.standin_http import API_KEY, MODEL
@@ -49,20 +51,26 @@ def pytest_haico_judge_turn(turn, judge):
 Records = dict[str, dict[str, dict[str, Any]]]
 
 
+@dataclass
+class JudgedRun:
+    records: Records  # arm -> script -> its ledger record
+    results: Path  # the campaign's results directory
+
+
 @pytest.fixture(scope="module")
-def _runs() -> list[Records]:
+def _runs() -> list[JudgedRun]:
     """Holds the campaign's one run, made by the first test that asks for it."""
     return []
 
 
 @pytest.fixture
-def records(
-    _runs: list[Records],
+def run(
+    _runs: list[JudgedRun],
     campaign: CampaignProject,
     llm_server: LlmServers,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> Records:
+) -> JudgedRun:
     """One run: arm `demo` judged by `judge` (the stand-in), arm `lost` by `gone` (whose
     entry points at a port where nothing answers); each arm's records by script."""
     if _runs:
@@ -80,8 +88,14 @@ def records(
     campaign.arm("lost", "[run]\njudge = 'gone'\n")
     result = campaign.run_subprocess("-q", timeout=600)
     assert result.ret == 1, result.stdout.str() + result.stderr.str()
-    _runs.append({arm: {r["script"]: r for r in campaign.records(arm)} for arm in ("demo", "lost")})
+    records = {arm: {r["script"]: r for r in campaign.records(arm)} for arm in ("demo", "lost")}
+    _runs.append(JudgedRun(records, campaign.root / "results" / "default"))
     return _runs[0]
+
+
+@pytest.fixture
+def records(run: JudgedRun) -> Records:
+    return run.records
 
 
 def _judged(record: dict[str, Any]) -> dict[str, Any]:
@@ -142,3 +156,13 @@ def test_a_judge_that_cannot_be_reached_is_infra_not_a_model_failure(
         assert "judge 'gone' at http://127.0.0.1:" in record["error"]["message"]
         assert record["turns"][0]["expectations"] == []
     assert lost["unjudged"]["verdict"] == "completed"
+
+
+def test_show_names_the_judge_and_what_it_answered(
+    run: JudgedRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", "demo-judged-no-r0", "--campaign", str(run.results)]) == 0
+    assert (
+        '  expect judge "Does the answer mention \\"Rhodes\\"?": FAIL (judge judge, job 41: "No.")'
+        in capsys.readouterr().out.splitlines()
+    )
