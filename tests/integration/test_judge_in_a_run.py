@@ -99,7 +99,8 @@ def records(run: JudgedRun) -> Records:
 
 
 def _judged(record: dict[str, Any]) -> dict[str, Any]:
-    (judged,) = record["turns"][0]["expectations"]
+    expectations: list[dict[str, Any]] = record["turns"][0]["expectations"]
+    (judged,) = expectations
     assert judged["expectation"] == "judge"
     return judged
 
