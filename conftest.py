@@ -14,9 +14,15 @@ import functools
 import inspect
 import itertools
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_haico.driver.judging import JudgedTurn, JudgeVerdict
+    from pytest_haico.serve.resolver import ServedModel
 
 pytest_plugins = ["pytester"]
 
@@ -194,3 +200,20 @@ if "CI" in os.environ:
 
 
 # -- this repository's implementations of pytest-haico's hook specs (pytest_haico_*) --------
+#
+# A judge question this repository answers by counting, without a model: "Is the answer under
+# N words?" (`expect: {judge: ...}` in a script). Any other question is left (None) to the
+# next implementation, in the end pytest-haico's own, which asks the served judge model.
+
+UNDER_N_WORDS = re.compile(r"Is the answer under (\d+) words\?")
+
+
+def pytest_haico_judge_turn(turn: JudgedTurn, judge: ServedModel) -> JudgeVerdict | None:
+    asked = UNDER_N_WORDS.fullmatch(turn.question.strip())
+    if asked is None:
+        return None
+    from pytest_haico.driver.judging import JudgeVerdict  # only when a judge is asked
+
+    words = len(turn.answer.split())
+    answer = f"{'Yes' if words < int(asked[1]) else 'No'}: {words} words (conftest.py counted)"
+    return JudgeVerdict(passed=words < int(asked[1]), answer=answer)

@@ -5,6 +5,7 @@ HaicoError
 ├── InfraError           the stack failed an item (backend or model server down, 5xx, timeout,
 │   │                    broken stream, auth refused); a test body may raise it too
 │   ├── RateLimitedError the backend answered 429
+│   ├── JudgeError       the judge model cannot answer (unresolvable, unreachable, unparseable)
 │   └── WireError        the backend sent something that is not an event of the wire format
 ├── StackError           a service failed to start, answer or stop
 │   ├── PortInUseError   a co-tenant took a service's port after it was claimed
@@ -52,6 +53,11 @@ class InfraError(HaicoError):
 
 class RateLimitedError(InfraError):
     """The backend answered 429; retried like an infrastructure failure, reported apart."""
+
+
+class JudgeError(InfraError):
+    """The judge of a turn's `expect: {judge: ...}` could not answer: its served model cannot
+    be resolved or reached, or it did not answer yes or no after its retries."""
 
 
 class StackError(HaicoError):

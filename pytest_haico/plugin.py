@@ -39,6 +39,9 @@ class HeldPlugins:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_haico import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
     # pytest calls this as it registers this plugin, so before it imports the entry points
     # listed after ours (their order in site-packages: when langsmith's comes first, it has
     # loaded already). Whether this session is a campaign is known only at configure time,
@@ -110,6 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
     campaign = build_campaign(config, settings)
     config.stash[ARM_RUNS_KEY] = campaign.sessions
     config.pluginmanager.register(campaign, CAMPAIGN_PLUGIN)
+    if campaign.sessions.judges:
+        from pytest_haico.runner.judge_model import JUDGE_PLUGIN, JudgeModelPlugin
+
+        config.pluginmanager.register(JudgeModelPlugin(), JUDGE_PLUGIN)
     config.pluginmanager.register(campaign.signals, SIGNALS_PLUGIN)
     if collects(config, settings.experiments):
         # A run of other tests beside the campaign (this repository's own, a user's unit

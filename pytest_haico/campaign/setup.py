@@ -13,7 +13,7 @@ import pytest
 from pytest_haico.campaign import checks
 from pytest_haico.campaign.hooks import CampaignPlugin
 from pytest_haico.campaign.job_exit import RUN_ITEMS_ENV
-from pytest_haico.config.experiment import load_experiments
+from pytest_haico.config.experiment import Experiments, load_experiments
 from pytest_haico.config.identity import source_tree
 from pytest_haico.config.items import build_item_specs
 from pytest_haico.config.settings import Settings
@@ -23,6 +23,7 @@ from pytest_haico.ledger.recorder import Recorder
 from pytest_haico.runner.arm_runs import ArmRuns
 
 if TYPE_CHECKING:
+    from pytest_haico.driver.judging import Scorer
     from pytest_haico.stack.kept import KeptState
 
 
@@ -47,6 +48,7 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         specs = build_item_specs(experiments, settings, site_image=site_image, backend_tree=tree)
         if settings.items is not None:
             settings.items.check_known((spec.test_id for spec in specs), settings.experiments)
+        judges = _judges(config, settings, experiments)
     except ConfigError as exc:
         raise pytest.UsageError(f"haico: {exc}") from None
     for tag in sorted(experiments.tags):
@@ -64,7 +66,7 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         settings,
         specs,
         recorder,
-        ArmRuns(settings, experiments.arms, recorder, kept=kept),
+        ArmRuns(settings, experiments.arms, recorder, kept=kept, judges=judges),
         collects_experiments=checks.collects(config, settings.experiments),
         run_items=Path(os.environ[RUN_ITEMS_ENV]) if os.environ.get(RUN_ITEMS_ENV) else None,
     )
@@ -77,6 +79,27 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
     if note is not None:
         campaign.selection.notes.append(f"haico: {note}")
     return campaign
+
+
+def _judges(
+    config: pytest.Config, settings: Settings, experiments: Experiments
+) -> dict[str, Scorer]:
+    """Each selected arm's judge, when its scripts ask one (`runner.judges`)."""
+    if not any(
+        turn.expect and turn.expect.judge for s in experiments.scripts for turn in s.script.turns
+    ):
+        return {}
+    from pytest_haico.runner.judges import check_judges, make_judges
+
+    arms = [
+        arm for name, arm in experiments.arms.items() if not settings.arms or name in settings.arms
+    ]
+    names = check_judges(
+        arms, experiments.scripts, option=settings.judge, catalogue=settings.catalogue
+    )
+    return dict(
+        make_judges(names, catalogue=settings.catalogue, hook=config.hook.pytest_haico_judge_turn)
+    )
 
 
 def _kept_stack(path: Path) -> KeptState:

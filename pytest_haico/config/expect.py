@@ -47,6 +47,9 @@ class Expect(BaseModel):
     tool_not_called: ToolName | None = None
     no_tool_error: bool | None = None
     max_steps: Annotated[int, Field(ge=1, le=MAX_RECURSION_LIMIT)] | None = None
+    # A yes/no question about the answer, put to the judge model (--haico-judge, [run] judge)
+    # through the hook pytest_haico_judge_turn. Which judge answers is not the item's identity.
+    judge: Needle | None = None
 
     @field_validator("contains", mode="before")
     @classmethod

@@ -134,6 +134,9 @@ class RunSection(_Section):
     turn_timeout_s: Annotated[float, Field(gt=0, le=MAX_TURN_TIMEOUT_S), Finite] = 600.0
     # A short GPU check (gate gpu_check) before vLLM loads; not part of the item identity.
     gpu_check: bool = False
+    # The served model (a catalogue name) that scores `expect: {judge: ...}`; --haico-judge
+    # overrides it. Not part of the item identity: the judge scores, the arm answers.
+    judge: Annotated[str | None, Field(pattern=ARM_NAME.pattern, max_length=128)] = None
 
 
 class SlurmSection(_Section):
@@ -157,7 +160,9 @@ class SlurmSection(_Section):
         return [f"{flag}={setting}" for flag, setting in flags if setting is not None]
 
 
-Persona = Literal["helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang", "dead"]
+Persona = Literal[
+    "helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang", "dead", "judge"
+]
 
 
 class StandinSection(_Section):

@@ -103,6 +103,12 @@ OPTIONS = (
         "NAME",
     ),
     Option(
+        "judge",
+        "the served model (a catalogue name, `haico serve`) that scores scripts' "
+        "`expect: {judge: ...}`, for every arm (as an arm's [run] judge)",
+        "NAME",
+    ),
+    Option(
         "progress",
         "per-item output: auto (the default: a line per finished conversation, with ETA, when "
         "the output is not a terminal; pytest's dots on one), lines (always), off (pytest's "

@@ -103,6 +103,7 @@ class Settings:
     model_endpoint: str | None
     model_api_key: str | None = field(repr=False)  # $HAICO_MODEL_API_KEY, never an option
     model: str | None  # --haico-model: a served model's catalogue name, for every arm
+    judge: str | None  # --haico-judge: the served judge's catalogue name, for every arm
     catalogue: Path  # where served models register
     attach: Path | None
     results_mode: int
@@ -161,6 +162,7 @@ def _resolve(config: pytest.Config, env: Mapping[str, str]) -> Settings:
         model_endpoint=r.get("model_endpoint", parse_endpoint, None),
         model_api_key=env.get(MODEL_API_KEY_ENV) or None,
         model=r.get("model", parse_served_name, None),
+        judge=r.get("judge", parse_served_name, None),
         catalogue=places.catalogue,
         attach=r.get("attach", r.path, None),
         results_mode=resolve_results_mode(r),

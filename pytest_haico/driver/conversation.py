@@ -24,6 +24,7 @@ from pytest_haico.driver.judge import (
     judge_turn,
     make_finding,
 )
+from pytest_haico.driver.judging import Scorer, score_judge
 from pytest_haico.driver.snapshots import Snapshot, SnapshotReader, read_snapshot
 from pytest_haico.driver.sse import SSEDecoder
 from pytest_haico.driver.transcripts import TranscriptWriter
@@ -146,6 +147,7 @@ async def run_conversation(
     redactor: Redactor | None = None,
     progress: ConversationProgress | None = None,
     transcript_header: Mapping[str, Any] | None = None,
+    judge: Scorer | None = None,
 ) -> ConversationResult:
     """Send the script's turns one after another and judge the conversation.
 
@@ -153,8 +155,8 @@ async def run_conversation(
     ``run.turn_timeout_s``); ``snapshot_wait_s`` is how long a turn's
     ``workspace_snapshots`` row may take to appear. Cancellation propagates after
     the transcript is closed; ``progress`` then holds the partial conversation.
-    ``transcript_header`` is the transcript's first line (`transcripts.transcript_header`).
-    """
+    ``transcript_header`` is the transcript's first line (`transcripts.transcript_header`);
+    ``judge`` scores the turns' `expect: {judge: ...}`."""
     turn_timeout_s = arm.run.turn_timeout_s if turn_timeout_s is None else turn_timeout_s
     conversation = _Conversation(
         client=client,
@@ -169,6 +171,7 @@ async def run_conversation(
         snapshot_wait_s=snapshot_wait_s,
         redactor=(redactor or Redactor()).with_secrets(token),
         progress=ConversationProgress() if progress is None else progress,
+        judge=judge,
     )
     return await conversation.run(
         script, thread_id=thread_id, transcript_path=transcript_path, header=transcript_header
@@ -188,6 +191,8 @@ class _Conversation:
     snapshot_wait_s: float
     redactor: Redactor
     progress: ConversationProgress
+    judge: Scorer | None = None
+    script_id: str = ""
     transcript: TranscriptWriter | None = None
 
     def _log(self, state: TurnState, kind: str, **fields: Any) -> None:
@@ -204,6 +209,7 @@ class _Conversation:
         header: Mapping[str, Any] | None = None,
     ) -> ConversationResult:
         self.progress.clock.start()
+        self.script_id = script.id
         self.transcript = TranscriptWriter(transcript_path, redactor=self.redactor, header=header)
         try:
             await self._run_turns(script, thread_id)
@@ -276,6 +282,9 @@ class _Conversation:
             ]
             snapshot_finding = await self._check_snapshot(state)
             findings += [snapshot_finding] if snapshot_finding else []
+            if turn.expect and turn.expect.judge and not {f.verdict for f in findings} & _STOPPING:
+                where = {"arm": self.arm.name, "script": self.script_id}
+                findings += await score_judge(self.judge, turn, state, self.redactor, **where)
         findings = [self._redacted(finding) for finding in findings]
         for finding in findings:
             self._log(state, "finding", verdict=finding.verdict, error=finding.error.model_dump())

@@ -93,6 +93,8 @@ def _asked(result: ExpectationResult) -> str:
             return "no tool error"
         case "max_steps":
             return f"at most {_count(expected, 'step')}"
+        case "judge":
+            return f"the judge to answer yes to {expected!r}"
     return f"{result.expectation}: {expected!r}"
 
 

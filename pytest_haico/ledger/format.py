@@ -15,7 +15,10 @@ Schema 2 (written now) adds to schema 1, after the leading fields:
 * `tags`: the script's tags; `settings`: the arm's resolved `model`, `vllm`,
   `generation` and `agent` sections, as the item's identity hashes them;
 * each turn's `expectations`: every expectation checked on the turn, passed or not,
-  with what was seen.
+  with what was seen. A `judge` expectation (added within schema 2, an optional key
+  written on judge expectations only, so no other line changes) also holds `judge`: who
+  answered (`name`, `served_name`, `model` as `model_identity`'s object, `vllm_version`,
+  `job_id`) and its `answer`; a schema-2 reader that does not know it reads the rest.
 
 How the version moves: every change to the set, the types or the meaning of the
 fields gets the next version, and readers are changed in the same release to read it.

@@ -3,7 +3,16 @@ validated before it is written (the line's format and schema versions: `ledger.f
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from pytest_haico.ledger.format import SCHEMA_VERSION
 from pytest_haico.ledger.verdicts import Outcome, Verdict
@@ -13,15 +22,37 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class JudgeRecord(_Record):
+    """Who scored a `judge` expectation and what it said: the judge's catalogue `name`, the
+    model it serves (`served_name`; `model`: its identity, as `model_identity`'s object),
+    the vLLM version and Slurm job serving it, and its `answer` as received (redacted)."""
+
+    name: str
+    served_name: str
+    model: dict[str, JsonValue]
+    vllm_version: str | None = None
+    job_id: str
+    answer: str
+
+
 class ExpectationResult(_Record):
     """One expectation of a turn's script, checked: `expectation` is its key in the
     script (`contains`, `matches`, `tool_called`...), `expected` its value there, and
-    `seen` what the turn produced instead, in a few words."""
+    `seen` what the turn produced instead, in a few words. A `judge` expectation also
+    has `judge` (a key written only when set: older records and other keys lack it)."""
 
     expectation: str
     expected: JsonValue
     passed: bool
     seen: str
+    judge: JudgeRecord | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_judge(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        fields: dict[str, Any] = handler(self)
+        if fields.get("judge") is None:
+            fields.pop("judge", None)
+        return fields
 
 
 class TurnRecord(_Record):

@@ -162,9 +162,13 @@ def _turn(
         passed = bool(result.get("passed"))
         mark = paint("green", "pass") if passed else paint("red", "FAIL")
         expected = json.dumps(result.get("expected"), ensure_ascii=False)
-        yield f"  expect {result.get('expectation')} {expected}: {mark}" + (
-            "" if passed else f" (seen: {result.get('seen')})"
-        )
+        judge = result.get("judge")
+        if isinstance(judge, dict):  # who answered, and what
+            said = json.dumps(judge.get("answer"), ensure_ascii=False)
+            seen = f" (judge {judge.get('name')}, job {judge.get('job_id')}: {said})"
+        else:
+            seen = "" if passed else f" (seen: {result.get('seen')})"
+        yield f"  expect {result.get('expectation')} {expected}: {mark}{seen}"
     tokens = f"{figures.get('tokens_in') or 0:,} in / {figures.get('tokens_out') or 0:,} out"
     first = figures.get("first_event_s")
     yield paint(

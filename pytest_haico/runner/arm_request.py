@@ -12,6 +12,7 @@ from pytest_haico.stack.request import BackendCommand, ModelEndpoint, StackReque
 if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.settings import Settings
+    from pytest_haico.driver.judging import Scorer
     from pytest_haico.ledger.recorder import ItemAttempt
     from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, TurnRecord
     from pytest_haico.ledger.rundir import ArmPaths, RunClaim
@@ -67,6 +68,7 @@ class ArmRunRequest:
     provenance: Callable[[], Mapping[str, str]]  # what run-config records of the arm's start
     on_stop: Callable[[str], None]  # a breaker tripped, a service died: the session stops
     on_admission_stop: Callable[[str], None]  # the walltime refused the next conversation
+    judge: Scorer | None = None  # scores the turns' `expect: {judge: ...}`
 
 
 def stack_source(

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.items import ItemSpec
     from pytest_haico.config.settings import Settings
+    from pytest_haico.driver.judging import Scorer
     from pytest_haico.runner.arm_request import RunRecorder
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
     from pytest_haico.runner.preflight import ArmPreflights, GateLog
@@ -54,8 +55,10 @@ class ArmRuns:
         recorder: Recorder,
         *,
         kept: KeptState | None = None,
+        judges: Mapping[str, Scorer] | None = None,
     ) -> None:
         self.settings = settings
+        self.judges = dict(judges or {})  # per arm: what scores its turns' judge expectations
         self.kept = kept  # --haico-attach: the kept stack every arm run uses
         self.arms = arms
         self.recorder = recorder
@@ -324,6 +327,7 @@ class ArmRuns:
             provenance=partial(self._provenance, arm),
             on_stop=self._stop_early,
             on_admission_stop=self._stop_admitting_for_walltime,
+            judge=self.judges.get(arm),
         )
         session = ArmRun(request)
         self._starting = session  # from now on a signal interrupts its start (StackLife)

@@ -47,6 +47,7 @@ class BackendChannel:
         self._claim = request.recorder.claim(request.arm.name)
         self._paths = request.recorder.paths(request.arm.name)
         self._redactor = redactor
+        self._judge = request.judge
         self._client: httpx.AsyncClient | None = None
         self._snapshots: PostgresSnapshotReader | None = None
 
@@ -116,6 +117,7 @@ class BackendChannel:
             redactor=self._redactor,
             progress=progress,
             transcript_header=header,
+            judge=self._judge,
         )
 
     async def model_server_answers(self) -> bool:

@@ -30,6 +30,8 @@ ARTIFACT_WORDS = re.compile(r"\b(document|write|written|file|report|draft|save)\
 # Tools persona helpful prefers for an artifact, by a word in their name.
 _ARTIFACT_TOOL = re.compile(r"document|write|file|report|save", re.IGNORECASE)
 _TOPIC_CHARS = 80
+# A phrase that persona judge looks for in the answer it judges.
+_QUOTED = re.compile(r'"([^"]+)"')
 
 _ANSWERS = (
     "Here is a short answer about {topic}: start with the essentials, then refine.",
@@ -49,6 +51,7 @@ class Persona(StrEnum):
     SLOW = "slow"
     HANG = "hang"
     DEAD = "dead"
+    JUDGE = "judge"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,8 @@ def _reply(
     last = request.messages[-1]
     if persona is Persona.BLANK:
         return Reply("")
+    if persona is Persona.JUDGE:
+        return Reply(judge_answer(_last_user_text(request.messages)))
     if persona is Persona.LOOPER and tools:
         return Reply("", (_valid_call(rng.choice(tools), rng, topic, call_id()),))
     if persona is Persona.BAD_ARGS and tools:
@@ -152,6 +157,16 @@ def _reply(
     if tools and ARTIFACT_WORDS.search(_last_user_text(request.messages)):
         return Reply("", (_valid_call(_artifact_tool(tools), rng, topic, call_id()),))
     return Reply(rng.choice(_ANSWERS).format(topic=f'"{topic}"'))
+
+
+def judge_answer(text: str) -> str:
+    """Persona judge's verdict on a judge prompt (question on the first line, the answer
+    judged as the last paragraph): "Yes." when every phrase the question quotes in double
+    quotes is in the answer (any case), else "No."; no quoted phrase, "Yes."."""
+    question, _, rest = text.strip().partition("\n")
+    answer = rest.rpartition("\n\n")[2].lower()
+    quoted = _QUOTED.findall(question)
+    return "Yes." if all(phrase.lower() in answer for phrase in quoted) else "No."
 
 
 class _CallIds:

@@ -407,7 +407,7 @@ def test_cluster_env_with_an_unset_variable_is_refused(
         pytest.param(
             "{contain: Crete}",
             "*a.yaml: turn 1, expect.contain: unknown key; valid keys here: artifact, contains, "
-            "matches, tool_called, tool_not_called, no_tool_error, max_steps",
+            "matches, tool_called, tool_not_called, no_tool_error, max_steps, judge",
             id="unknown-key",
         ),
         pytest.param(

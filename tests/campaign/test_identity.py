@@ -194,6 +194,23 @@ def test_each_new_expectation_key_is_part_of_the_id() -> None:
     assert len(ids) == 7 and base not in ids
 
 
+def test_a_judge_expectation_renames_only_the_items_that_use_it() -> None:
+    judged = [{"user": "Plan a trip.", "expect": {"judge": "Is the plan for three days?"}}]
+    base = identity(arm(), script())
+    unjudged = identity(arm(), script(turns=[{"user": "Plan a trip."}]))
+    assert identity(arm(), script(turns=judged)) not in {base, unjudged}
+    asked_otherwise = [{"user": "Plan a trip.", "expect": {"judge": "Is it for Crete?"}}]
+    assert identity(arm(), script(turns=judged)) != identity(arm(), script(turns=asked_otherwise))
+    # The scripts that do not ask a judge keep the ids the release before it computed.
+    assert base == "b06ab568d05ea4a009866844a92ac164e595d72afe7f690db6e0e366b961f770"
+
+
+def test_which_judge_answers_is_not_part_of_the_id() -> None:
+    judged = script(turns=[{"user": "Plan a trip.", "expect": {"judge": "Three days?"}}])
+    assert identity(arm(run={"judge": "judge-a"}), judged) == identity(arm(), judged)
+    assert identity(arm(run={"judge": "judge-b"}), judged) == identity(arm(), judged)
+
+
 def test_identities_read_as_the_objects_the_ledger_records(tmp_path: Path) -> None:
     model_dir = tmp_path / "model"
     model_dir.mkdir()

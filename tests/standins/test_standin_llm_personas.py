@@ -257,3 +257,14 @@ def test_dead_still_refuses_a_bad_request_first(llm_server: LlmServers) -> None:
     assert server.process.exit_status() is None
     assert chat(server.base_url, QUESTION).status_code == 500
     assert wait_for_exit(server) == 0
+
+
+def test_judge_answers_yes_when_the_answer_has_what_the_question_quotes(
+    llm_server: LlmServers,
+) -> None:
+    base_url = llm_server("judge").base_url
+    prompt = 'Does it mention "Crete" and "three days"?\n\nThe user wrote:\nPlan it.\n\n'
+    yes = message_of(chat(base_url, user(prompt + "Three days on Crete.")))
+    no = message_of(chat(base_url, user(prompt + "Crete, in a week.")))
+    assert (yes["content"], no["content"]) == ("Yes.", "No.")
+    assert not yes.get("tool_calls")
