@@ -29,6 +29,15 @@ def test_an_arm_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) 
     )
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n", "# an arm to come\n"])
+def test_an_arm_file_that_sets_no_key_is_refused(tmp_path: Path, text: str) -> None:
+    arm = tmp_path / "demo.toml"
+    arm.write_text(text)
+    assert _arm_error(arm) == (
+        f'{arm}: the arm file sets no key: write at least description = "..."'
+    )
+
+
 def test_a_script_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "s.yaml"
     os.mkfifo(fifo)
