@@ -54,7 +54,7 @@ def write_campaign(root: Path, items: int) -> None:
     (root / "experiments" / "arms").mkdir(parents=True)
     (root / "experiments" / "scripts").mkdir()
     (root / "pyproject.toml").write_text(INI)
-    (root / "experiments" / "arms" / "demo.toml").write_text("")
+    (root / "experiments" / "arms" / "demo.toml").write_text('description = "benchmark"\n')
     lines = [
         json.dumps({"id": f"s{i:06d}", "turns": [{"user": f"turn {i}"}]}) for i in range(items)
     ]

@@ -277,6 +277,27 @@ def read_input_file(path: Path, *, max_bytes: int) -> bytes:
         return handle.read(max_bytes + 1)
 
 
+_WRITE_FIXES = {
+    errno.ENOSPC: "free space on that file system",
+    errno.EDQUOT: "free space within your quota on that file system",
+    errno.EROFS: "make that file system writable",
+    errno.EACCES: "make the {owner} writable for this user",
+    errno.EPERM: "make the {owner} writable for this user",
+}
+
+
+def describe_write_failure(what: str, path: Path, exc: OSError, *, owner: str) -> str:
+    """One line for a results file a run could not write: what, where, the OS error, the file
+    system and the fix (`owner`: what a permission fix is about, "ledger", "transcript")."""
+    fix = _WRITE_FIXES.get(exc.errno or 0, "repair that file system").format(owner=owner)
+    return (
+        f"cannot {what} {path}: [Errno {exc.errno}] {exc.strerror} on "
+        f"{describe_filesystem(path)}. {fix.capitalize()}, or choose another results "
+        "directory (--haico-results, CLUSTER_WORK), then rerun the same command: the items "
+        "not done run again"
+    )
+
+
 def describe_filesystem(path: Path) -> str:
     """The file system `path` is on, for a message: its mount point, type, source and device."""
     existing = Path(os.path.abspath(path))

@@ -171,7 +171,8 @@ class CampaignProject:
         return path
 
     def arm(self, name: str, text: str = "") -> Path:
-        return self.write(f"arms/{name}.toml", text)
+        """`arms/<name>.toml`: `text`, else the smallest valid arm (defaults for the rest)."""
+        return self.write(f"arms/{name}.toml", text or f'description = "test arm {name}"\n')
 
     def scripts(self, filename: str, text: str) -> Path:
         return self.write(f"scripts/{filename}", text)

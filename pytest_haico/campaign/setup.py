@@ -75,6 +75,13 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
             f"haico: attached to the kept stack of arm {kept.arm} (supervisor pid "
             f"{kept.supervisor_pid}, up since {kept.started_at}): only its items run"
         )
+        if kept.campaign_dir != settings.results / settings.campaign:
+            campaign.selection.notes.append(
+                f"haico: the kept stack's logs and dumps are in {kept.campaign_dir}, this run's "
+                f"results in {settings.results / settings.campaign}: pass --haico-campaign "
+                f"{kept.campaign_dir.name} (and --haico-results {kept.campaign_dir.parent}) "
+                "to keep them in one campaign"
+            )
     note = tree.note() if tree is not None else None
     if note is not None:
         campaign.selection.notes.append(f"haico: {note}")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from pytest_haico.durations import slurm_limit_seconds
+from pytest_haico.durations import SLURM_TIME_FORMATS, slurm_limit_seconds
 
 SCRIPT_ID = re.compile(r"^[a-z0-9_.-]+$")
 
@@ -57,7 +57,10 @@ Finite = Field(allow_inf_nan=False)
 
 
 def _slurm_time(value: str) -> str:
-    slurm_limit_seconds(value)  # its ValueError names the value and the formats
+    try:
+        slurm_limit_seconds(value)
+    except ValueError:  # the message adds ", got <value>": name the formats only
+        raise ValueError(f"not a Slurm time limit: use {SLURM_TIME_FORMATS}") from None
     return value
 
 

@@ -363,6 +363,10 @@ def load_arm(path: Path) -> Arm:
         raise ConfigError(str(path), "", f"TOML syntax error: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), "", f"cannot read the arm file: {exc}") from None
+    if not document:
+        raise ConfigError(
+            str(path), "", 'the arm file sets no key: write at least description = "..."'
+        )
     if "name" in document:
         raise ConfigError(str(path), "name", "unknown key: an arm's name is its file stem")
     return _validate(Arm, {**document, "name": path.stem}, str(path))

@@ -22,6 +22,7 @@ import httpx
 from filelock import FileLock, Timeout
 
 from pytest_haico.config.experiment import Arm, load_arm
+from pytest_haico.config.resolution import DEFAULT_CAMPAIGN
 from pytest_haico.config.settings import Profile
 from pytest_haico.durations import format_duration
 from pytest_haico.errors import HaicoError, StackError
@@ -158,7 +159,9 @@ def _start_supervisor(
         + f"; supervisor pid {state.supervisor_pid}"
     )
     say(f"haico: state file {path}")
-    say(f"haico: next: pytest experiments --haico-attach {path}")
+    campaign = campaign_dir.name
+    also = f" --haico-campaign {campaign}" if campaign != DEFAULT_CAMPAIGN else ""
+    say(f"haico: next: pytest experiments --haico-attach {path}{also}")
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 from pytest_haico.errors import LedgerWriteError
 from pytest_haico.files import (
     DEFAULT_FILE_MODE,
-    describe_filesystem,
+    describe_write_failure,
     ends_inside_a_line,
     make_dirs,
     open_for_append,
@@ -69,21 +68,8 @@ class LedgerWriter:
         return self._fd
 
 
-_FIXES = {
-    errno.ENOSPC: "free space on that file system",
-    errno.EDQUOT: "free space within your quota on that file system",
-    errno.EROFS: "make that file system writable",
-    errno.EACCES: "make the ledger writable for this user",
-    errno.EPERM: "make the ledger writable for this user",
-}
-
-
 def ledger_write_error(path: Path, exc: OSError) -> LedgerWriteError:
     """The error for a record that may not be durable: file, file system, OS error, fix."""
-    fix = _FIXES.get(exc.errno or 0, "repair that file system")
     return LedgerWriteError(
-        f"cannot make a record durable in the ledger {path}: [Errno {exc.errno}] "
-        f"{exc.strerror} on {describe_filesystem(path)}. {fix.capitalize()}, or choose "
-        "another results directory (--haico-results, CLUSTER_WORK), then rerun the same "
-        "command: the items without a record run again"
+        describe_write_failure("make a record durable in the ledger", path, exc, owner="ledger")
     )

@@ -234,6 +234,12 @@ class ArmConversations:
     def _observe(self, result: ConversationResult) -> None:
         """Feed the breaker while the conversation still holds its slot, so that no
         conversation is admitted between the failure that trips it and the stop."""
+        if result.error is not None and result.error.kind == "transcript":
+            # Results that cannot be kept are not worth running: stop as on a full ledger
+            # (exit 75), with the file system's one line rather than a breaker's.
+            self._require_runner().stop_admitting(result.error.message)
+            self._request.on_stop(result.error.message)
+            return
         breaker = self._request.breaker
         infra = result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED)
         service = _failing_service(result.error) if infra else None

@@ -126,9 +126,12 @@ class Registry:
             .encode()
         )
         write_atomic(self.path, content, mode=PRIVATE_FILE_MODE)
-        if self.mirror is not None:  # a results file
-            make_dirs(self.mirror.parent, self.mirror_mode)
-            write_atomic(self.mirror, content, mode=self.mirror_mode)
+        if self.mirror is not None:  # a results copy: the node-local file is the janitor's
+            try:
+                make_dirs(self.mirror.parent, self.mirror_mode)
+                write_atomic(self.mirror, content, mode=self.mirror_mode)
+            except OSError as exc:  # a full results disk must not fail a service's stop
+                logger.warning("haico: %s not updated: %s", self.mirror, exc)
 
     def record(self, record: ServiceRecord) -> None:
         """Add or replace the record of `record.name`."""

@@ -72,6 +72,11 @@ class KeptState:
     kind: str = KIND
     version: int = STATE_VERSION
 
+    @property
+    def campaign_dir(self) -> Path:
+        """`<results>/<campaign>`: where the stack keeps its logs and dumps."""
+        return Path(self.directory).parents[2]
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
 

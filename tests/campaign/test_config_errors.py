@@ -23,6 +23,15 @@ def test_duplicate_script_ids_name_both_files(campaign: CampaignProject) -> None
     )
 
 
+def test_an_empty_arm_file_is_a_usage_error(campaign: CampaignProject) -> None:
+    (campaign.experiments / "arms" / "demo.toml").write_text("")
+    campaign.simple_scripts("greet")
+    assert_usage_error(
+        campaign.run(),
+        '*arms/demo.toml: the arm file sets no key: write at least description = "..."',
+    )
+
+
 def test_unknown_arm_key_lists_the_valid_ones(campaign: CampaignProject) -> None:
     campaign.arm("demo", "[vllm]\nmax_model_length = 4096\n")
     campaign.simple_scripts("greet")

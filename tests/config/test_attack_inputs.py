@@ -29,6 +29,15 @@ def test_an_arm_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) 
     )
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n", "# an arm to come\n"])
+def test_an_arm_file_that_sets_no_key_is_refused(tmp_path: Path, text: str) -> None:
+    arm = tmp_path / "demo.toml"
+    arm.write_text(text)
+    assert _arm_error(arm) == (
+        f'{arm}: the arm file sets no key: write at least description = "..."'
+    )
+
+
 def test_a_script_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "s.yaml"
     os.mkfifo(fifo)
@@ -37,20 +46,25 @@ def test_a_script_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("text", "field"),
+    ("text", "field", "value"),
     [
-        ('[slurm]\ntime = "banana"\n', "slurm.time"),
-        ('[slurm]\ntime_per_stratum = { long = "1:2:3:4:5" }\n', "slurm.time_per_stratum.long"),
+        ('[slurm]\ntime = "banana"\n', "slurm.time", "'banana'"),
+        (
+            '[slurm]\ntime_per_stratum = { long = "1:2:3:4:5" }\n',
+            "slurm.time_per_stratum.long",
+            "'1:2:3:4:5'",
+        ),
     ],
 )
-def test_a_slurm_time_that_is_no_time_limit_is_refused(
-    tmp_path: Path, text: str, field: str
+def test_a_slurm_time_that_is_no_time_limit_is_refused_naming_the_value_once(
+    tmp_path: Path, text: str, field: str, value: str
 ) -> None:
     arm = tmp_path / "demo.toml"
     arm.write_text(text)
-    message = _arm_error(arm)
-    assert message.startswith(f"{arm}: {field}: ")
-    assert "is not a Slurm time limit: use MM, MM:SS, HH:MM:SS" in message
+    assert _arm_error(arm) == (
+        f"{arm}: {field}: not a Slurm time limit: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+        f"D-HH:MM:SS or 'infinite', got {value}"
+    )
 
 
 def test_a_slurm_time_limit_is_accepted(tmp_path: Path) -> None:

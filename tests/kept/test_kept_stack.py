@@ -165,6 +165,37 @@ def test_two_runs_use_one_kept_stack_that_only_down_stops(kept: KeptProject) -> 
     assert "stack start-up, demo: not measured (no run that started its own stack" in report.stdout
 
 
+def test_stack_up_campaign_puts_the_logs_and_the_attached_runs_results_in_one_campaign(
+    kept: KeptProject,
+) -> None:
+    campaign = kept.campaign
+    result = kept.haico("stack", "up", "demo", "--campaign", "trial")
+    assert result.returncode == 0, result.stdout + result.stderr
+    state = kept.stacks / "demo.json"
+    assert f"haico: next: pytest experiments --haico-attach {state} --haico-campaign trial" in (
+        result.stdout.splitlines()
+    )
+    results = campaign.root / "results"
+    [kept_dir] = (results / "trial" / "demo" / "kept").iterdir()
+    assert json.loads(state.read_text())["directory"] == str(kept_dir)
+
+    together = kept.attached(state, "--haico-campaign", "trial")
+    assert together.ret == 0, together.stdout.str()
+    assert "the kept stack's logs and dumps are in" not in together.stdout.str()
+    assert len(list((results / "trial" / "demo" / "ledger").iterdir())) == 1
+    # A run that forgets the campaign is told where the stack's logs are, and how to join.
+    apart = kept.attached(state)
+    assert apart.ret == 0, apart.stdout.str()
+    apart.stdout.fnmatch_lines(
+        [
+            f"haico: the kept stack's logs and dumps are in {results / 'trial'}, this run's "
+            f"results in {results / 'default'}: pass --haico-campaign trial (and "
+            f"--haico-results {results}) to keep them in one campaign"
+        ]
+    )
+    assert kept.haico("stack", "down", "demo").returncode == 0
+
+
 def test_a_killed_supervisor_takes_its_services_and_leaves_a_gone_stack(
     kept: KeptProject,
 ) -> None:

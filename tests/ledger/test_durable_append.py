@@ -20,7 +20,7 @@ from tests.ledger.conftest import Mount, fill
 ENOSPC = "[[]Errno 28[]] No space left on device"
 FIX = (
     "Free space on that file system, or choose another results directory (--haico-results, "
-    "CLUSTER_WORK), then rerun the same command: the items without a record run again"
+    "CLUSTER_WORK), then rerun the same command: the items not done run again"
 )
 
 

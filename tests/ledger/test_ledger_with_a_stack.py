@@ -38,7 +38,7 @@ def test_a_full_ledger_stops_the_runner_with_75_naming_the_file_system(
             f"local-*.1.jsonl: [[]Errno 28[]] No space left on device on the file system "
             f"mounted at {ledger_dir} (tmpfs from tmpfs, device *). Free space on that file "
             "system, or choose another results directory (--haico-results, CLUSTER_WORK), "
-            "then rerun the same command: the items without a record run again",
+            "then rerun the same command: the items not done run again",
         ]
     )
     assert "circuit breaker" not in full.stdout.str()
@@ -49,6 +49,42 @@ def test_a_full_ledger_stops_the_runner_with_75_naming_the_file_system(
     assert again.ret == 0, again.stdout.str()
     assert "haico: 0 done in ledger, 6 to run (0 retries)" in again.stdout.str()
     assert sorted(r["verdict"] for r in campaign.records("demo")) == ["completed"] * 6
+
+
+def test_a_full_transcripts_file_system_stops_the_run_with_one_line_and_75(
+    campaign: CampaignProject, tmpfs: Mount
+) -> None:
+    campaign.arm("demo", "[run]\nconcurrency = 1\n")
+    campaign.scripts("a.jsonl", quick_scripts(6))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    transcripts = tmpfs(campaign.arm_dir("demo") / "transcripts")
+    filler = fill(transcripts)
+
+    full = campaign.run_subprocess("--haico-exit", "campaign")
+    assert full.ret == 75, full.stdout.str()
+    full.stdout.fnmatch_lines(
+        [
+            f"stopped (exit 75): cannot write the transcript {transcripts}/*.jsonl: "
+            f"[[]Errno 28[]] No space left on device on the file system mounted at "
+            f"{transcripts} (tmpfs from tmpfs, device *). Free space on that file system, or "
+            "choose another results directory (--haico-results, CLUSTER_WORK), then rerun the "
+            "same command: the items not done run again",
+        ]
+    )
+    output = full.stdout.str()
+    assert "circuit breaker" not in output and "Traceback" not in output
+    assert "E   OSError" not in output
+    # The first conversation's record is kept (infra_error: it runs again); none followed.
+    records = campaign.records("demo")
+    assert [r["verdict"] for r in records] == ["infra_error"]
+    assert records[0]["error"]["kind"] == "transcript"
+
+    filler.unlink()
+    again = campaign.run_subprocess("--haico-exit", "campaign")
+    assert again.ret == 0, again.stdout.str()
+    assert sorted(r["verdict"] for r in campaign.records("demo")) == (
+        ["completed"] * 6 + ["infra_error"]
+    )
 
 
 def test_the_arms_admin_token_never_reaches_the_ledger(campaign: CampaignProject) -> None:

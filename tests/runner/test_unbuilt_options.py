@@ -9,7 +9,7 @@ import pytest
 from pytest_haico.config.options import OPTIONS
 
 EXPERIMENTS = {
-    "experiments/arms/demo.toml": "",
+    "experiments/arms/demo.toml": 'description = "demo"\n',
     "experiments/scripts/a.yaml": "id: a\nturns:\n  - user: hi\n",
     "experiments/test_conversations.py": "def test_conversation(haico_item):\n    pass\n",
 }

@@ -19,6 +19,7 @@ import pytest
 import pytest_haico
 from pytest_haico.procfs import is_alive, read_proc_stat
 from pytest_haico.stack import Orchestrator, Registry, ServiceRecord, reap_orphans
+from tests.ledger.conftest import Mount, fill
 from tests.polling import wait_for
 from tests.stack.stack_helpers import (
     STACK_OWNER,
@@ -82,6 +83,22 @@ def test_janitor_leaves_a_live_owners_services_alone(tmp_path: Path) -> None:
         assert reap_orphans(tmp_path) == []
         assert is_alive(stack.processes["web"].pid or 0)
         assert len(list((tmp_path / "ports").glob("*.json"))) == 1
+
+
+def test_a_full_results_disk_does_not_fail_a_services_stop(
+    tmp_path: Path, tmpfs: Mount, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_dir = tmpfs(tmp_path / "run")
+    mirror = run_dir / "services.json"
+    with Orchestrator(
+        [tiny()], tmp_path / "logs", state_dir=tmp_path, reap=False, registry_mirror=mirror
+    ) as stack:
+        pid = stack.processes["web"].pid or 0
+        fill(run_dir)
+    # Stopped cleanly (no StackError), the node-local registry gone, the copy left as it was.
+    assert not is_alive(pid)
+    assert list((tmp_path / "services").glob("*.json")) == []
+    assert f"{mirror} not updated: [Errno 28] No space left on device" in caplog.text
 
 
 def test_janitor_does_not_kill_a_process_that_reused_a_recorded_pid(tmp_path: Path) -> None:

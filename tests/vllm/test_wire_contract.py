@@ -82,6 +82,16 @@ def test_health_answers_anyone_with_200_and_no_body(servers: ServerPair) -> None
     assert (response.status_code, response.content) == (200, b"")
 
 
+@pytest.mark.parametrize("key", ["", "wrong-key"], ids=["no-key", "wrong-key"])
+def test_metrics_answer_without_the_key_as_vllm_guards_only_v1(
+    servers: ServerPair, key: str
+) -> None:
+    # The README says why the stand-in does not put /metrics behind the key: vLLM does not.
+    response = servers.tools.get("/metrics", key=key)
+    assert response.status_code == 200
+    assert "vllm:num_requests_running" in response.text
+
+
 def test_version_is_the_release(servers: ServerPair) -> None:
     # The stand-in adds that it is one (listed in test_wire_differences).
     assert servers.tools.get("/version", key="").json()["version"] == "0.32.0"
