@@ -230,7 +230,7 @@ def test_a_run_that_does_not_finish_exits_75_and_an_empty_selection_2(project: P
         "the local profile's stack, not the cluster profile's: give --profile local"
     ]
     # ... or another arm than the one asked for.
-    (project / "experiments" / "arms" / "other.toml").write_text("")
+    (project / "experiments" / "arms" / "other.toml").write_text('description = "another arm"\n')
     other_arm = _haico(project, *attached, "--candidate", dead, "--arm", "other")
     assert other_arm.returncode == 2
     assert other_arm.stderr.splitlines()[-1].endswith(

@@ -19,7 +19,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     clear_campaign_environment(monkeypatch)
     (tmp_path / "experiments" / "arms").mkdir(parents=True)
     for arm in ("alpha", "beta"):
-        (tmp_path / "experiments" / "arms" / f"{arm}.toml").write_text("")
+        (tmp_path / "experiments" / "arms" / f"{arm}.toml").write_text(
+            f'description = "arm {arm}"\n'
+        )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
