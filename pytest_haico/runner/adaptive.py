@@ -1,13 +1,14 @@
 """Concurrency `auto`: the number of conversations an arm keeps in flight, adapted at each
 sample of the model server's /metrics (`model_metrics.INTERVAL_S`, 1 s) within [1, max].
 
-The policy is AIMD, as TCP's congestion window:
+The policy is AIMD-like, as TCP's congestion window:
 
-* **overloaded**: requests wait in the model server (`vllm:num_requests_waiting` > 0) or its
-  KV cache is KV_FULL (90%) used or more. The target is halved, from what is in flight if that is
-  less (never below 1), so nothing
-  more is admitted; it is not halved again until the conversations in flight have come down
-  to it (those already in flight finish: one drop per overload, not one per sample).
+* **overloaded**: requests wait in the model server (`vllm:num_requests_waiting` > 0): its
+  batch is full, so the target drops by 1; or its KV cache is KV_FULL (90%) used or more,
+  where vLLM starts preempting (recomputing) requests: the target is halved. Either counts
+  from what is in flight if that is less, never below 1, so nothing more is admitted; and
+  there is no further drop until the conversations in flight have come down to the target
+  (those already in flight finish: one drop per overload, not one per sample).
 * **room**: nothing waits and the KV cache is below KV_FULL, items are queued and every slot
   is taken (the target is what holds them back). The target doubles until the first
   overload (slow start), then grows by 1 per sample, up to max. A model running as many
@@ -74,7 +75,9 @@ class AdaptiveConcurrency:
             if self._holding or target == 1:
                 return None
             self._holding = True
-            return self._change(max(1, min(target, sample.in_flight) // 2), overload)
+            reason, severe = overload
+            base = min(target, sample.in_flight)
+            return self._change(max(1, base // 2 if severe else base - 1), reason)
         if not self._holding and target < self.maximum and _room(sample, target):
             grown = target * 2 if self._slow_start else target + 1
             reason = f"model has room ({sample.running:g} running, none waiting), items queued"
@@ -100,12 +103,12 @@ class AdaptiveConcurrency:
         return adaptation
 
 
-def _overload(sample: Sample) -> str | None:
-    """Why the model is overloaded in `sample`, or None."""
-    if sample.waiting is not None and sample.waiting > 0:
-        return f"{sample.waiting:g} requests waiting"
+def _overload(sample: Sample) -> tuple[str, bool] | None:
+    """Why the model is overloaded in `sample`, and whether severely (halve), or None."""
     if sample.kv_cache_usage is not None and sample.kv_cache_usage >= KV_FULL:
-        return f"KV cache {sample.kv_cache_usage:.0%} used"
+        return f"KV cache {sample.kv_cache_usage:.0%} used", True
+    if sample.waiting is not None and sample.waiting > 0:
+        return f"{sample.waiting:g} requests waiting", False
     return None
 
 

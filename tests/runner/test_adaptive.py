@@ -41,24 +41,24 @@ def test_a_model_with_room_and_items_queued_doubles_then_stops_at_the_maximum() 
 
 def test_after_the_first_overload_it_grows_by_one() -> None:
     auto = _controller(initial=8)
-    auto.observe(_s(running=8, in_flight=8, waiting=2))
-    assert auto.target == 4
-    auto.observe(_s(running=2, in_flight=4))
-    auto.observe(_s(running=2, in_flight=5))
-    assert auto.target == 6
+    auto.observe(_s(running=4, in_flight=8, waiting=2))
+    assert auto.target == 7
+    auto.observe(_s(running=4, in_flight=7))
+    auto.observe(_s(running=4, in_flight=8))
+    assert auto.target == 9
 
 
-def test_waiting_requests_halve_once_until_in_flight_came_down() -> None:
+def test_waiting_requests_lower_it_by_one_once_until_in_flight_came_down() -> None:
     auto = _controller(initial=16)
-    change = auto.observe(_s(running=16, in_flight=16, waiting=3))
-    assert change is not None and (change.old, change.new) == (16, 8)
+    change = auto.observe(_s(running=4, in_flight=16, waiting=3))
+    assert change is not None and (change.old, change.new) == (16, 15)
     assert change.reason == "3 requests waiting"
     # Still waiting, but the 16 admitted before are still in flight: no second drop yet.
-    assert auto.observe(_s(running=16, in_flight=12, waiting=1)) is None
-    assert auto.target == 8
-    # Down to the target and still waiting: halve again.
-    auto.observe(_s(running=8, in_flight=8, waiting=1))
-    assert auto.target == 4
+    assert auto.observe(_s(running=4, in_flight=16, waiting=1)) is None
+    assert auto.target == 15
+    # Down to the target and still waiting: one more down.
+    auto.observe(_s(running=4, in_flight=15, waiting=1))
+    assert auto.target == 14
 
 
 def test_a_near_full_kv_cache_admits_no_more() -> None:
@@ -73,9 +73,12 @@ def test_it_never_goes_below_one() -> None:
     assert auto.target == 1
 
 
-def test_a_halving_starts_from_what_is_in_flight() -> None:
+def test_a_drop_counts_from_what_is_in_flight() -> None:
     auto = _controller(initial=16)
     auto.observe(_s(running=4, in_flight=4, queued=0, waiting=2))
+    assert auto.target == 3
+    auto = _controller(initial=16)
+    auto.observe(_s(running=4, in_flight=4, queued=0, kv=0.95))
     assert auto.target == 2
 
 
@@ -91,7 +94,7 @@ def test_the_record_and_its_summary_line() -> None:
     auto = _controller(maximum=16)
     for _ in range(3):
         auto.observe(_s(running=0, in_flight=auto.target))
-    auto.observe(_s(running=8, in_flight=8, waiting=1))
+    auto.observe(_s(running=4, in_flight=8, kv=0.92))
     record = auto.record()
     assert (record["mode"], record["bounds"], record["initial"], record["final"]) == (
         "auto",
