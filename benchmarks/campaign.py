@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pytest_haico.procfs import read_proc_stat
 
@@ -83,6 +84,7 @@ class RunResult:
     peak_mb: float
     summary: str
     cpu_ms_per_turn: dict[str, float]
+    timelines: list[dict[str, Any]]  # each run's timeline.json
 
     def cpu_text(self) -> str:
         parts = [f"{role} {self.cpu_ms_per_turn.get(role, float('nan')):.1f}" for role in ROLES]
@@ -183,7 +185,13 @@ class CpuSampler(threading.Thread):
 
 
 def write_project(
-    root: Path, conversations: int, concurrency: int, *, turns: int, latency_ms: int
+    root: Path,
+    conversations: int,
+    concurrency: int | str,
+    *,
+    turns: int,
+    latency_ms: int,
+    arm_extra: str = "",
 ) -> None:
     experiments = root / "experiments"
     (experiments / "arms").mkdir(parents=True)
@@ -193,7 +201,8 @@ def write_project(
         'addopts = "-p no:langsmith_plugin"\n'
     )
     (experiments / "arms" / "bench.toml").write_text(
-        f"[run]\nconcurrency = {concurrency}\n[standin]\nlatency_ms = {latency_ms}\n"
+        f"[run]\nconcurrency = {json.dumps(concurrency)}\n[standin]\nlatency_ms = {latency_ms}\n"
+        + arm_extra
     )
     lines = []
     for i in range(conversations):
@@ -219,11 +228,25 @@ def _campaign_span(results: Path) -> tuple[float, float]:
 
 
 def run(
-    conversations: int, concurrency: int, *, turns: int = TURNS, latency_ms: int = LATENCY_MS
+    conversations: int,
+    concurrency: int | str,
+    *,
+    turns: int = TURNS,
+    latency_ms: int = LATENCY_MS,
+    arm_extra: str = "",
 ) -> RunResult:
+    """One pytest process over a fresh project; `arm_extra` is TOML appended to the arm (the
+    [standin] section is last)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_project(root, conversations, concurrency, turns=turns, latency_ms=latency_ms)
+        write_project(
+            root,
+            conversations,
+            concurrency,
+            turns=turns,
+            latency_ms=latency_ms,
+            arm_extra=arm_extra,
+        )
         memory = root / "memory.json"
         started = time.perf_counter()
         process = subprocess.Popen(
@@ -256,6 +279,10 @@ def run(
             peak_mb=json.loads(memory.read_text())["peak_mb"],
             summary=summary,
             cpu_ms_per_turn=cpu,
+            timelines=[
+                json.loads(path.read_text())
+                for path in sorted((root / "results").rglob("runs/*/timeline.json"))
+            ],
         )
 
 

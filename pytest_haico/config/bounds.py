@@ -4,9 +4,9 @@ hold them."""
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, PlainValidator
 
 from pytest_haico.durations import SLURM_TIME_FORMATS, slurm_limit_seconds
 
@@ -26,6 +26,10 @@ MAX_MODEL_LEN = 10_000_000  # the longest published context windows
 MAX_TOKENS = 1_000_000
 MAX_RECURSION_LIMIT = 1000
 MAX_CONCURRENCY = 1024
+# The upper bound of concurrency "auto" when the arm sets no `max_concurrency`: the in-flight
+# count the local stack was measured at (issue 23).
+DEFAULT_MAX_CONCURRENCY = 16
+AUTO: Final = "auto"
 MAX_TURN_TIMEOUT_S = 86_400  # a day
 MAX_LATENCY_MS = 600_000
 MAX_LOAD_S = 3600  # a large model from a shared file system takes tens of minutes
@@ -87,3 +91,18 @@ RESERVED_MARKERS = frozenset(
         "xfail",
     }
 )
+
+
+Concurrency = int | Literal["auto"]
+
+
+def check_concurrency(value: Any) -> Concurrency:
+    """An arm's `run.concurrency`: an integer from 1 to MAX_CONCURRENCY, or "auto"."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CONCURRENCY:
+        return value
+    raise ValueError(f'expected an integer from 1 to {MAX_CONCURRENCY} or "auto"')
+
+
+ArmConcurrency = Annotated[Concurrency, PlainValidator(check_concurrency)]

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from pytest_haico.config.bounds import (
     ARM_NAME,
+    DEFAULT_MAX_CONCURRENCY,
     MAX_ARM_FILE_BYTES,
     MAX_CONCURRENCY,
     MAX_CPUS,
@@ -33,6 +34,7 @@ from pytest_haico.config.bounds import (
     MAX_TURNS,
     RESERVED_MARKERS,
     TAG,
+    ArmConcurrency,
     Finite,
     Name,
     ParserName,
@@ -130,7 +132,8 @@ class AgentSection(_Section):
 class RunSection(_Section):
     """How the campaign drives this arm."""
 
-    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 8
+    concurrency: ArmConcurrency = 8  # or "auto": between 1 and max_concurrency
+    max_concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = DEFAULT_MAX_CONCURRENCY
     turn_timeout_s: Annotated[float, Field(gt=0, le=MAX_TURN_TIMEOUT_S), Finite] = 600.0
     # A short GPU check (gate gpu_check) before vLLM loads; not part of the item identity.
     gpu_check: bool = False
@@ -176,6 +179,8 @@ class StandinSection(_Section):
     substitute_model: str = ""  # "" is documented as "off"
     rate_limit_rpm: Annotated[int, Field(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0
     recursion_flag: bool = True
+    # vLLM's --max-num-seqs (its default when unset); more requests wait. Not in the identity.
+    max_num_seqs: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None
 
 
 class BackendSection(_Section):

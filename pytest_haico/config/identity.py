@@ -28,7 +28,9 @@ def model_identity(arm: Arm, *, profile: Profile, endpoint: str | None = None) -
     if endpoint:
         return f"endpoint:{endpoint};served_name:{arm.served_name}"
     if profile is Profile.LOCAL:
-        return "standin:" + _canonical(arm.standin.model_dump(mode="json"))
+        # max_num_seqs schedules the replies, it does not change them.
+        standin = arm.standin.model_dump(mode="json", exclude={"max_num_seqs"})
+        return "standin:" + _canonical(standin)
     if arm.model.hf_id:
         return f"hf:{arm.model.hf_id}@{arm.model.revision or 'unpinned'}"
     if arm.model.path:

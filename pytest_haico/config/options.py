@@ -57,7 +57,12 @@ OPTIONS = (
         "line; with --haico-shard I/N the file's items I, I+N, I+2N, ... in file order)",
         "FILE",
     ),
-    Option("concurrency", "conversations in flight per arm (default: the arm's)", "N"),
+    Option(
+        "concurrency",
+        "conversations in flight per arm, or auto: adapt to the model's load between 1 and the "
+        "arm's max_concurrency (default: the arm's run.concurrency)",
+        "N|auto",
+    ),
     Option("no_resume", "rerun items that already have a terminal record", flag=True),
     Option("max_attempts", "infra-failed attempts before gave_up (default: 3)", "N"),
     Option(

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from pytest_haico.config.bounds import ARM_NAME
+from pytest_haico.config.bounds import ARM_NAME, Concurrency
 from pytest_haico.config.cluster_env import ClusterEnv
+from pytest_haico.config.concurrency import parse_concurrency
 from pytest_haico.config.item_list import ItemList, parse_item_list
 from pytest_haico.config.options import OPTIONS
 from pytest_haico.config.resolution import (
@@ -89,7 +90,7 @@ class Settings:
     shard_given: bool
     items_file: Path | None
     items: ItemList | None  # the ids items_file lists
-    concurrency: int | None
+    concurrency: Concurrency | None  # an arm's own when None
     resume: bool
     max_attempts: int
     drain_timeout: float
@@ -148,7 +149,7 @@ def _resolve(config: pytest.Config, env: Mapping[str, str]) -> Settings:
         shard_given=r.given("shard"),
         items_file=items_file,
         items=parse_item_list(items_file) if items_file is not None else None,
-        concurrency=r.get("concurrency", int_parser(minimum=1), None),
+        concurrency=r.get("concurrency", parse_concurrency, None),
         resume=not r.get("no_resume", parse_bool, False),
         max_attempts=r.get("max_attempts", int_parser(minimum=1), 3),
         drain_timeout=r.get("drain_timeout", float_parser(minimum=0.0), 120.0),

@@ -167,6 +167,10 @@ class Timeline:
             if write:
                 self._write()
 
+    def note(self, key: str, value: Any) -> None:
+        """A top-level section (`concurrency`), written with the next change."""
+        self.doc[key] = value
+
     def model(self, summary: dict[str, Any]) -> None:
         """The sampler's summary of the model's utilisation."""
         self.doc["model"] = summary

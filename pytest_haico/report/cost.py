@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_haico.config.concurrency import resolve_concurrency
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.config.items import submitted_item_specs
 from pytest_haico.config.settings import Profile
@@ -237,7 +238,7 @@ def _stratum_lines(
     if remaining == 0:
         return [f"{head}: all {total} items done, from {cost.n} items: nothing to submit", *figures]
     partition, note = resolve_partition(arm, partitions)
-    workers = concurrency if concurrency is not None else arm.run.concurrency
+    workers = concurrency if concurrency is not None else resolve_concurrency(None, arm.run).maximum
     if cost.n < MIN_ITEMS:
         advice = _too_few(cost, campaign_dir, remaining, workers, partition, margin)
         return [

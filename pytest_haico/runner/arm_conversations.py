@@ -78,7 +78,7 @@ class ArmConversations:
         self._own_model_server = own_model_server
         self._log_tail = log_tail
         runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
-            concurrency=self._request.concurrency,
+            concurrency=self._request.in_flight.initial,
             finish=self._finish,
             admit=self._admit,
             name=f"haico-{self._arm}",
@@ -124,6 +124,11 @@ class ArmConversations:
     def was_admitted(self, state: ItemAttempt) -> bool:
         """Whether the item's conversation was started (it may have ended since)."""
         return self._runner is not None and self._runner.was_admitted(state)
+
+    def resize(self, concurrency: int) -> None:
+        """Keep up to `concurrency` conversations in flight from now on (concurrency auto)."""
+        if self._runner is not None:
+            self._runner.resize(concurrency)
 
     def stop_admitting(self, reason: str) -> None:
         """Start no more conversations; those in flight go on. Safe from a signal handler."""

@@ -110,6 +110,16 @@ class ArmProvenance:
                 f"since run {earlier.name}: {change}" for change in config.changed_since(earlier)
             ]
 
+    def detail(self, key: str, value: Any) -> None:
+        """A structured value for run-config.json (the concurrency's adaptations), written now."""
+        if self.run_config is None:
+            return
+        self.run_config.detail(key, value)
+        try:
+            self.run_config.write()
+        except OSError as exc:
+            _log.warning("haico: arm %s: run-config not updated: %s", self._request.arm.name, exc)
+
     def abort_dumps(self) -> None:
         """No more pg_dumps; the one running is killed. Safe from a signal handler."""
         if self.dumps is not None:

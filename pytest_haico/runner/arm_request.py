@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from pytest_haico.config.concurrency import ConcurrencyPlan, resolve_concurrency
 from pytest_haico.stack.request import BackendCommand, ModelEndpoint, StackRequest
 
 if TYPE_CHECKING:
+    from pytest_haico.config.bounds import Concurrency
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.settings import Settings
     from pytest_haico.driver.judging import Scorer
@@ -57,7 +59,7 @@ class ArmRunRequest:
 
     arm: Arm
     stack: StackRequest | KeptState  # the stack to build, or the kept one (--haico-attach)
-    concurrency: int
+    concurrency: Concurrency | None  # --haico-concurrency; None: the arm's run.concurrency
     dump_interval_s: float
     gates_only: bool = False  # stop short after the dynamic gates: no conversation runs
     recorder: RunRecorder
@@ -69,6 +71,11 @@ class ArmRunRequest:
     on_stop: Callable[[str], None]  # a breaker tripped, a service died: the session stops
     on_admission_stop: Callable[[str], None]  # the walltime refused the next conversation
     judge: Scorer | None = None  # scores the turns' `expect: {judge: ...}`
+
+    @property
+    def in_flight(self) -> ConcurrencyPlan:
+        """How many conversations the arm keeps in flight: fixed, or auto within bounds."""
+        return resolve_concurrency(self.concurrency, self.arm.run)
 
 
 def stack_source(

@@ -192,6 +192,7 @@ class ArmRun:
             self._conversations.stop()
             timeline.end("drain")
             timeline.stop_sampling()
+            self._provenance.detail("concurrency", timeline.concurrency)
             death = self._conversations.death
             postgres_died = death is not None and death.service == "postgres"
             timeline.start("final_dump")

@@ -318,7 +318,7 @@ class ArmRuns:
             stack=stack_source(
                 settings, self.arms[arm], self.recorder, kept=self.kept, served=served
             ),
-            concurrency=settings.concurrency or self.arms[arm].run.concurrency,
+            concurrency=settings.concurrency,
             dump_interval_s=settings.dump_interval,
             gates_only=gates_only,
             recorder=recorder,

@@ -43,7 +43,7 @@ class BackendChannel:
     def __init__(self, stack: RunStack, request: ArmRunRequest, redactor: Redactor) -> None:
         self._stack = stack
         self._arm = request.arm
-        self._concurrency = request.concurrency
+        self._concurrency = request.in_flight.maximum
         self._claim = request.recorder.claim(request.arm.name)
         self._paths = request.recorder.paths(request.arm.name)
         self._redactor = redactor

@@ -104,6 +104,15 @@ class Runner(Generic[K, R, F]):
         with self._lock:
             return key in self._admitted
 
+    def resize(self, concurrency: int) -> None:
+        """Admit up to `concurrency` at once from now on; those in flight above it go on."""
+        with self._lock:
+            self.concurrency = max(1, concurrency)
+            loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
+                loop.call_soon_threadsafe(self._pump)
+
     def start(self) -> None:
         """Start the loop thread; keys submitted before are admitted now."""
         with self._lock:
@@ -111,8 +120,7 @@ class Runner(Generic[K, R, F]):
                 raise RuntimeError(f"runner {self.name} was already started or closed")
             loop = asyncio.new_event_loop()
             self._loop = loop
-            # A daemon, so a hung loop cannot hold the interpreter at exit;
-            # close() joins it.
+            # A daemon, so a hung loop cannot hold the interpreter at exit; close() joins it.
             self._thread = threading.Thread(
                 target=self._serve, args=(loop,), name=self.name, daemon=True
             )
@@ -223,8 +231,7 @@ class Runner(Generic[K, R, F]):
             thread.join(self._cancel_grace_s)
             if thread.is_alive():
                 _log.warning("runner %s: the event loop thread did not stop", self.name)
-        # A finish() stuck on a hung mount must not hang close(); its thread is
-        # joined at interpreter exit.
+        # A finish() stuck on a hung mount must not hang close() (joined at interpreter exit).
         self._executor.shutdown(wait=not unfinished)
 
     def call(self, factory: Callable[[], Awaitable[T]], timeout: float | None = None) -> T:

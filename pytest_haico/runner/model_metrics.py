@@ -163,7 +163,8 @@ def summary_line(summary: Mapping[str, Any]) -> str | None:
 
 
 class Sampler:
-    """Samples `url` every INTERVAL_S on a daemon thread, appending to `path`."""
+    """Samples `url` every INTERVAL_S on a daemon thread, appending to `path`, and hands each
+    sample to `on_sample` (concurrency auto)."""
 
     def __init__(
         self,
@@ -172,10 +173,12 @@ class Sampler:
         *,
         state: Callable[[], tuple[int, int]],
         backend_pid: Callable[[], int | None] = lambda: None,
+        on_sample: Callable[[Sample], None] = lambda sample: None,
         interval_s: float = INTERVAL_S,
         file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.url, self.path, self._state, self._backend_pid = url, path, state, backend_pid
+        self._on_sample = on_sample
         self._interval, self._mode = interval_s, file_mode
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="haico-model-metrics", daemon=True)
@@ -211,6 +214,7 @@ class Sampler:
             client_cpu_s=round(times.user + times.system, 3),
         )
         self.samples.append(sample)
+        self._on_sample(sample)
         append_line(self.path, csv_line(sample), mode=self._mode)
         return sample
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.ledger.timeline import Timeline, job_section, shares_line
-from pytest_haico.runner.model_metrics import FILE_NAME, Sampler, summarise, summary_line
+from pytest_haico.runner.adaptive import AdaptiveConcurrency
+from pytest_haico.runner.adaptive import summary_line as adaptive_line
+from pytest_haico.runner.model_metrics import FILE_NAME, Sample, Sampler, summarise, summary_line
 
 if TYPE_CHECKING:
     from pytest_haico.ledger.records import LedgerRecord
@@ -28,8 +31,13 @@ class RunTimeline:
     def __init__(
         self, request: ArmRunRequest, claim: RunClaim, conversations: ArmConversations
     ) -> None:
-        self._cap = request.concurrency
+        plan = request.in_flight
+        self._cap = plan.maximum
         self._conversations = conversations
+        # Concurrency auto: the target the samples adapt (None: a fixed number in flight).
+        self.adaptive: AdaptiveConcurrency | None = None
+        if plan.adaptive:
+            self.adaptive = AdaptiveConcurrency(initial=plan.initial, maximum=plan.maximum)
         self._run_dir: Path = claim.path
         self._mode = request.recorder.file_mode
         self._sampler: Sampler | None = None
@@ -43,6 +51,7 @@ class RunTimeline:
             job=job_section(os.environ),
             file_mode=self._mode,
         )
+        self.timeline.note("concurrency", self.concurrency)
 
     def start(self, phase: str) -> None:
         self.timeline.start(phase)
@@ -73,6 +82,7 @@ class RunTimeline:
             self._run_dir / FILE_NAME,
             state=lambda: (conversations.in_flight, conversations.queued),
             backend_pid=backend_pid,
+            on_sample=self._adapt,
             file_mode=self._mode,
         )
         try:
@@ -81,11 +91,29 @@ class RunTimeline:
             _log.warning("haico: the model-metrics sampler did not start: %s", exc)
             self._sampler = None
 
+    def _adapt(self, sample: Sample) -> None:
+        """Concurrency auto, on the sampler's thread: a new target applies at once; the
+        timeline gets it at its next write (on the main thread, which owns the file)."""
+        if self.adaptive is None:
+            return
+        adaptation = self.adaptive.observe(sample)
+        if adaptation is not None:
+            self._conversations.resize(adaptation.new)
+            _log.info("haico: concurrency %d → %d: %s", *astuple(adaptation)[1:])
+
+    @property
+    def concurrency(self) -> dict[str, Any]:
+        """What the run kept in flight: fixed, or auto with its adaptations."""
+        if self.adaptive is None:
+            return {"mode": "fixed", "limit": self._cap}
+        return self.adaptive.record()
+
     def conversation(self, record: LedgerRecord | None) -> None:
         if record is None:
             return
         start = datetime.fromisoformat(record.started_at).timestamp()
         end = datetime.fromisoformat(record.finished_at).timestamp()
+        self.timeline.note("concurrency", self.concurrency)
         self.timeline.conversation(start=start, end=end)
 
     def drain(self, cause: str, *, signal: str | None = None) -> None:
@@ -102,6 +130,7 @@ class RunTimeline:
         if sampler is None:
             return
         sampler.stop()
+        self.timeline.note("concurrency", self.concurrency)
         self.summary = summarise(sampler.samples, cap=self._cap)
         self.timeline.model(self.summary)
 
@@ -118,5 +147,7 @@ class RunTimeline:
         lines = [shares_line(self.timeline.doc)]
         if self.model_line is not None:
             lines.append(self.model_line)
+        if self.adaptive is not None:
+            lines.append(adaptive_line(self.adaptive.record()))
         lines.append(f"timeline:    {self.timeline.path}")
         return lines

@@ -72,6 +72,7 @@ def build_arm_llm_service(arm: Arm, *, api_key: str, host: str = "127.0.0.1") ->
         seed=arm.standin.seed,
         api_key=api_key,
         load_s=arm.standin.load_s,
+        max_num_seqs=arm.standin.max_num_seqs,
         host=host,
     )
 

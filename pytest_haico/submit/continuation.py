@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pytest_haico.config.concurrency import resolve_concurrency
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
@@ -258,7 +259,7 @@ def _continue_time(
         plan = plan_array(
             found,
             tasks,
-            concurrency=arm.run.concurrency,
+            concurrency=resolve_concurrency(None, arm.run).maximum,
             partition=resolve_partition(arm, partitions)[0],
             margin=request.margin,
         )

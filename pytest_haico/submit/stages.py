@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pytest_haico.config.concurrency import resolve_concurrency
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
@@ -183,7 +184,7 @@ def _smoke_size(
         plan = plan_array(
             found,
             items,
-            concurrency=arm.run.concurrency,
+            concurrency=resolve_concurrency(None, arm.run).maximum,
             partition=resolve_partition(arm, partitions)[0],
             margin=request.margin,
         )
@@ -204,7 +205,7 @@ def _full_size(
         plan = plan_array(
             found,
             max(remaining, 1),
-            concurrency=arm.run.concurrency,
+            concurrency=resolve_concurrency(None, arm.run).maximum,
             partition=resolve_partition(arm, partitions)[0],
             margin=request.margin,
         )

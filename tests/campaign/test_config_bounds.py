@@ -85,7 +85,7 @@ def assert_message(message: str, pattern: str) -> None:
         ),
         (
             "[run]\nconcurrency = 5000",
-            "*run.concurrency: Input should be less than or equal to 1024, got 5000",
+            '*run.concurrency: expected an integer from 1 to 1024 or "auto", got 5000',
         ),
         (
             "[run]\nturn_timeout_s = inf",

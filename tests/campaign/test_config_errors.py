@@ -157,6 +157,12 @@ def test_tag_with_a_pytest_marker_name_is_refused(campaign: CampaignProject, tag
         ("--haico-shard=x", "*--haico-shard: invalid shard 'x'; expected I/N*"),
         ("--haico-max-attempts=0", "*--haico-max-attempts: expected an integer >= 1, got '0'"),
         ("--haico-exit=lenient", "*--haico-exit: invalid value 'lenient'; valid: strict, campaign"),
+        (
+            "--haico-concurrency=fast",
+            "*--haico-concurrency: expected an integer from 1 to 1024 or auto (adapt to the "
+            "model's load), got 'fast'",
+        ),
+        ("--haico-concurrency=0", "*--haico-concurrency: expected an integer from 1 to 1024*"),
         ("--haico-arm=nope", "*--haico-arm nope: no such arm; known arms: demo"),
         (
             "--haico-stratum=nope",

@@ -395,6 +395,20 @@ def test_the_report_plans_on_the_arms_partition_at_its_concurrency(tmp_path: Pat
     assert overridden[2].endswith("ask --array=0-0 --time=00:30:00")
 
 
+def test_an_auto_arm_is_planned_at_its_max_concurrency(tmp_path: Path) -> None:
+    campaign = tmp_path / "camp"
+    write_ledger(campaign, [make_record(i, 60.0, stratum="short") for i in range(10)])
+    arm = '[run]\nconcurrency = "auto"\nmax_concurrency = 4\n[slurm]\npartition = "short"\n'
+    experiments = write_experiments(
+        tmp_path / "exp", {"qwen": arm}, {"short": 110}, campaign=campaign
+    )
+    partitions = parse_sinfo("debug* 1:00:00\nshort 45:00\n")
+    lines = cost_lines(
+        campaign, experiments, concurrency=None, margin=1.5, partitions=partitions, warn=no_warnings
+    )
+    assert "100 x 60.0 s/item / concurrency 4 = 25.0 min of work" in lines[4]
+
+
 def test_the_report_says_when_sinfo_was_unavailable(tmp_path: Path) -> None:
     campaign = tmp_path / "camp"
     write_ledger(campaign, [make_record(i, 60.0) for i in range(10)])

@@ -53,6 +53,12 @@ def test_llm_and_backend_command_lines(tmp_path: Path) -> None:
     assert stack.backend.health_headers == {"Authorization": f"Bearer {stack.admin_token}"}
 
 
+def test_the_standins_max_num_seqs_reaches_its_command_line(tmp_path: Path) -> None:
+    stack = _build(tmp_path, max_num_seqs=2)
+    assert stack.llm is not None
+    assert list(stack.llm.argv(20001))[-2:] == ["--max-num-seqs", "2"]
+
+
 def test_local_stack_starts_answers_and_stops(tmp_path: Path) -> None:
     stack = _build(tmp_path, tools=False, state_dir=tmp_path)
     with stack:
