@@ -4,11 +4,13 @@ hold them."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, Field, PlainValidator
 
 from pytest_haico.durations import SLURM_TIME_FORMATS, slurm_limit_seconds
+from pytest_haico.errors import ConfigError
 
 SCRIPT_ID = re.compile(r"^[a-z0-9_.-]+$")
 
@@ -106,3 +108,16 @@ def check_concurrency(value: Any) -> Concurrency:
 
 
 ArmConcurrency = Annotated[Concurrency, PlainValidator(check_concurrency)]
+
+
+def check_item_count(root: Path, arms: int, repeats: int) -> None:
+    """At most `MAX_ITEMS` items (arms x script repeats) in one experiments directory."""
+    items = arms * repeats
+    if items > MAX_ITEMS:
+        raise ConfigError(
+            str(root),
+            "",
+            f"the campaign has {items} items ({arms} arm{'s' if arms != 1 else ''} x {repeats} "
+            f"script repeats); at most {MAX_ITEMS} per experiments directory: lower repeats, "
+            "or split the scripts over several experiments directories (--haico-experiments)",
+        )

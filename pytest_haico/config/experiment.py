@@ -19,7 +19,6 @@ from pytest_haico.config.bounds import (
     MAX_CONCURRENCY,
     MAX_CPUS,
     MAX_GPUS,
-    MAX_ITEMS,
     MAX_LATENCY_MS,
     MAX_LOAD_S,
     MAX_MODEL_LEN,
@@ -40,6 +39,7 @@ from pytest_haico.config.bounds import (
     ParserName,
     SlurmTime,
     Text,
+    check_item_count,
     not_blank,
 )
 from pytest_haico.config.documents import describe_place, is_script_file, iter_documents
@@ -319,7 +319,7 @@ def load_experiments(root: Path) -> Experiments:
             _check_tags_are_not_arms(source, arms, root)
             seen[source.script.id] = source
             scripts.append(source)
-    _check_item_count(root, len(arms), sum(source.script.repeats for source in scripts))
+    check_item_count(root, len(arms), sum(source.script.repeats for source in scripts))
     return Experiments(root=root, arms=arms, scripts=tuple(scripts))
 
 
@@ -333,18 +333,6 @@ def _check_tags_are_not_arms(source: ScriptSource, arms: dict[str, Arm], root: P
                 f"{tag!r} is also the name of arm {tag!r} ({root / 'arms' / tag}.toml): "
                 f"-k {tag} would select this script in every arm; rename the tag",
             )
-
-
-def _check_item_count(root: Path, arms: int, repeats: int) -> None:
-    items = arms * repeats
-    if items > MAX_ITEMS:
-        raise ConfigError(
-            str(root),
-            "",
-            f"the campaign has {items} items ({arms} arm{'s' if arms != 1 else ''} x {repeats} "
-            f"script repeats); at most {MAX_ITEMS} per experiments directory: lower repeats, "
-            "or split the scripts over several experiments directories (--haico-experiments)",
-        )
 
 
 def load_arm(path: Path) -> Arm:

@@ -29,7 +29,6 @@ from pytest_haico.driver.snapshots import Snapshot, SnapshotReader, read_snapsho
 from pytest_haico.driver.sse import SSEDecoder
 from pytest_haico.driver.transcripts import TranscriptWriter
 from pytest_haico.errors import WireError
-from pytest_haico.files import describe_write_failure
 from pytest_haico.ledger.records import ErrorInfo, TurnRecord
 from pytest_haico.ledger.times import AttemptTimes, Stopwatch
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
@@ -220,15 +219,8 @@ class _Conversation:
             raise
         finally:
             await self.transcript.aclose()
-        error = self.transcript.error
-        if error is not None:
-            message = (
-                describe_write_failure(
-                    "write the transcript", transcript_path, error, owner="transcript"
-                )
-                if isinstance(error, OSError)
-                else f"writing the transcript {transcript_path} failed: {error}"
-            )
+        message = self.transcript.failure()
+        if message is not None:
             finding = make_finding(Verdict.INFRA_ERROR, message, kind="transcript")
             self.progress._findings.append(self._redacted(finding))
         return self.progress._result()

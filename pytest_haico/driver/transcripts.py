@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pytest_haico.files import open_for_append
+from pytest_haico.files import describe_write_failure, open_for_append
 from pytest_haico.redact import Redactor
 
 # Lines are handed to the writing side at most this often per transcript, so a
@@ -66,6 +66,17 @@ class TranscriptWriter:
         self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
         if header is not None:
             self._pending.append((None, dict(header)))
+
+    def failure(self) -> str | None:
+        """What went wrong writing the file, in one line (a full disk names its file system
+        and the fix); None when nothing did."""
+        if isinstance(self.error, OSError):
+            return describe_write_failure(
+                "write the transcript", self.path, self.error, owner="transcript"
+            )
+        if self.error is not None:
+            return f"writing the transcript {self.path} failed: {self.error}"
+        return None
 
     def append(self, line: Mapping[str, Any], *, at: float | None = None) -> None:
         """Queue one line (a JSON object); never blocks.

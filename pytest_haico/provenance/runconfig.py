@@ -15,7 +15,7 @@ import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_haico import __version__
 from pytest_haico.config.experiment import Arm
@@ -25,6 +25,9 @@ from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.files import write_atomic
 from pytest_haico.redact import Redactor
 from pytest_haico.slurm import client as slurm
+
+if TYPE_CHECKING:
+    from pytest_haico.config.items import ItemSpec
 
 ENV_NAME = "run-config.env"
 JSON_NAME = "run-config.json"
@@ -110,6 +113,23 @@ def knob_values(settings: Settings, arm: Arm) -> dict[str, str]:
     values["ARM_VLLM_START_STALL_TIMEOUT_S"] = _text(arm.vllm.start_stall_timeout_s)
     if arm.model.hf_id:
         values["MODEL_PINNED"] = "1" if arm.model.revision else "0"
+    return values
+
+
+def arm_values(
+    settings: Settings,
+    arm: Arm,
+    job: SlurmJob,
+    spec: ItemSpec | None,
+    environ: Mapping[str, str],
+) -> dict[str, str]:
+    """What run-config records of an arm before its stack starts: its knobs, the host and
+    the identities its items (`spec`, one of them, if any are planned) get."""
+    values = knob_values(settings, arm)
+    values.update(host_values(job, settings.experiments, environ))
+    if spec is not None:
+        values["MODEL_IDENTITY"] = spec.model_identity
+        values["BACKEND_IDENTITY"] = spec.backend_identity
     return values
 
 

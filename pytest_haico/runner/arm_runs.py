@@ -376,16 +376,11 @@ class ArmRuns:
 
     def _provenance(self, arm: str) -> dict[str, str]:
         """What run-config records of this arm before its stack starts."""
-        from pytest_haico.provenance.runconfig import host_values, knob_values
+        from pytest_haico.provenance.runconfig import arm_values
 
-        values = knob_values(self.settings, self.arms[arm])
-        values.update(host_values(self.recorder.job, self.settings.experiments, os.environ))
         planned = self._attempts.get(arm)
-        if planned:
-            spec = planned[0].spec
-            values["MODEL_IDENTITY"] = spec.model_identity
-            values["BACKEND_IDENTITY"] = spec.backend_identity
-        return values
+        spec = planned[0].spec if planned else None
+        return arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
 
     def _stop_early(self, reason: str) -> None:
         """A breaker tripped or a service died: the session stops (`stop_after`)."""
