@@ -31,14 +31,17 @@ def list_catalogue(catalogue: Path, *, say: Say) -> int:
     width = max(len(listing.name) for listing in listings)
     for listing in listings:
         entry = listing.entry
-        if entry is None or listing.problem is not None:
+        if entry is None:
             say(f"{listing.name:<{width}}  not available: {listing.problem}")
             continue
-        until = entry.job.end_time or "no time limit"
-        say(
-            f"{listing.name:<{width}}  {entry.endpoint}  served_name={entry.served_name}  "
-            f"arm {entry.arm}, job {entry.job.id} on {entry.job.node} until {until}"
-        )
+        if listing.problem is not None:
+            say(f"{listing.name:<{width}}  not available: {listing.problem}")
+        else:
+            until = entry.job.end_time or "no time limit"
+            say(
+                f"{listing.name:<{width}}  {entry.endpoint}  served_name={entry.served_name}  "
+                f"arm {entry.arm}, job {entry.job.id} on {entry.job.node} until {until}"
+            )
         others = _other_jobs(listing.name, entry.job.id)
         if others:
             say(f"{'':<{width}}  {others}")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,15 @@ from pytest_haico.cli.main import main
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import ConfigError
 from pytest_haico.serve.job import _parser as job_parser
-from pytest_haico.serve.renewal import Renewal, Successor, plan_successor, resolve_renewal
-from pytest_haico.serve.submission import ModelJob, sbatch_argv
+from pytest_haico.serve.renewal import (
+    Renewal,
+    Successor,
+    is_idle,
+    plan_successor,
+    resolve_renewal,
+)
+from pytest_haico.serve.submission import ModelJob, queue_successor, sbatch_argv
+from tests.slurm_client.commands import stand_ins
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -129,3 +139,77 @@ def test_haico_serve_refuses_a_bad_renewal_in_one_line_before_submitting(
     status = main(["serve", "standin", "--profile", "local", *args])
     captured = capsys.readouterr()
     assert (status, (captured.out + captured.err).splitlines()) == (2, [line])
+
+
+@pytest.fixture
+def metrics() -> Iterator[tuple[str, list[str]]]:
+    """A `/metrics` on loopback answering with the text in the list (its last item)."""
+    texts = [""]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = texts[-1].encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics", texts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_replaced_server_is_idle_only_when_it_runs_and_queues_no_request(
+    metrics: tuple[str, list[str]],
+) -> None:
+    url, texts = metrics
+    busy = 'vllm:num_requests_running{model_name="standin",engine="0"} %s\n'
+    waiting = 'vllm:num_requests_waiting{model_name="standin",engine="0"} %s\n'
+    texts.append(busy % 1 + waiting % 0)
+    assert not is_idle(url, "key")
+    texts.append(busy % 0 + waiting % 2)
+    assert not is_idle(url, "key")
+    texts.append("# HELP vllm:num_requests_running ...\n" + busy % 0 + waiting % 0)
+    assert is_idle(url, "key")
+
+
+def test_a_job_queues_one_successor_unless_one_is_pending_already(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A requeued job registers again: the successor its first run queued is still pending.
+    A running job of the name (a predecessor still draining) is no successor."""
+    job = ModelJob(
+        arm_file=tmp_path / "standin.toml",
+        name="judge",
+        profile=Profile.LOCAL,
+        catalogue=tmp_path / "catalogue",
+        file_mode=0o640,
+        python="/venv/bin/python",
+        time="3",
+        renewal=Renewal(until=NOW + _minutes(10), lead_min=2),
+    )
+    queue = tmp_path / "queue"
+    env = stand_ins(tmp_path, squeue=f'echo "$(< {queue})"', sbatch="echo 13")
+    monkeypatch.setenv("PATH", env["PATH"])
+    queue.write_text("7 RUNNING\n6 RUNNING\n")
+    assert queue_successor(job, "7", started=NOW) == (
+        "queued job 13 to start 1 min after this job started, for 3 min "
+        "(until 2026-12-04T12:10:00+00:00)"
+    )
+    sbatch = (tmp_path / "sbatch.argv").read_text().splitlines()
+    assert "--dependency=after:7+1" in sbatch and "--job-name=haico.serve.judge" in sbatch
+    (tmp_path / "sbatch.argv").unlink()
+    queue.write_text("7 RUNNING\n13 PENDING\n")
+    assert queue_successor(job, "7", started=NOW) == "no successor: job 13 is queued already"
+    assert queue_successor(job, "7", started=NOW + _minutes(7)) == (
+        "no successor: the service ends with this job (until 2026-12-04T12:10:00+00:00)"
+    )
+    assert not (tmp_path / "sbatch.argv").exists()

@@ -363,3 +363,19 @@ def _queued_successor(log: Path) -> str:
 
     wait_for(queued, timeout=120, what=f"{log.name} to queue its successor")
     return said[0].split()[0]
+
+
+def test_stop_cancels_a_queued_successor_of_a_name_with_no_entry(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chain whose job ended (a crash) leaves its successor queued: stop finds it by name."""
+    _catalogue(project).mkdir(mode=0o750, parents=True)
+    queued = slurm_cluster.run(
+        "sbatch", "--parsable", "--hold", "--job-name=haico.serve.standin", "--wrap=true",
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    status, out = _serve(capsys, "stop", "standin")
+    assert (status, out) == (0, f"haico: cancelled job {queued} of 'standin' (PENDING)\n")
+    slurm_cluster.wait_ended(queued, timeout=60)
+    status, out = _serve(capsys, "stop", "standin")
+    assert status == 2 and out.startswith("haico: no served model named 'standin' in "), out
