@@ -11,7 +11,7 @@
     haico stack up <arm> | status [ARM|FILE] | down ARM|FILE
     haico env [--venv-only | --images-only] [--arm A] [--dry-run]
     haico gpu-check [--here] [--arm A | --gpus N] [--full] [--min-tflops X] [--dry-run]
-    haico serve <arm> [--name NAME] [--time T] | --list | status NAME | stop NAME
+    haico serve <arm> [--name NAME] [--time T [--until D]] | --list | status NAME | stop NAME
 
 One module per command parses its arguments and prints; the work is done by the parts
 below the command line. Every error is one line on stderr and exit 2; nothing here prints

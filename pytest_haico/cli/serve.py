@@ -1,6 +1,7 @@
-"""`haico serve <arm> [--name NAME] [--time T]`, `haico serve --list`, `haico serve status
-NAME` and `haico serve stop NAME`: a model served for others as a Slurm job, registered in
-the catalogue (`$CLUSTER_WORK/catalogue`) that campaigns resolve it in."""
+"""`haico serve <arm> [--name NAME] [--time T [--until D [--renew-lead M]]]`, `haico serve
+--list`, `haico serve status NAME` and `haico serve stop NAME`: a model served for others as
+a Slurm job (renewed until D when asked), registered in the catalogue
+(`$CLUSTER_WORK/catalogue`) that campaigns resolve it in."""
 
 from __future__ import annotations
 
@@ -15,12 +16,24 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = commands.add_parser(
         "serve",
         help="serve an arm's model as a Slurm job registered in the catalogue",
-        usage="haico serve <arm> [--name NAME] [--time T] | --list | status NAME | stop NAME",
+        usage=(
+            "haico serve <arm> [--name NAME] [--time T [--until D [--renew-lead M]]] | --list "
+            "| status NAME | stop NAME"
+        ),
     )
     serve.add_argument("words", nargs="*", metavar="ARM | status NAME | stop NAME")
     serve.add_argument("--list", action="store_true", help="every served model, and its state")
     serve.add_argument("--name", help="the catalogue name (default: the arm's name)")
     serve.add_argument("--time", help="the job's time limit (default: the arm's [slurm] time)")
+    serve.add_argument(
+        "--until",
+        help="renew the job before its time limit, serving for this long in all (Slurm time)",
+    )
+    serve.add_argument(
+        "--renew-lead",
+        help="with --until: queue the successor to start this long before a job's end "
+        "(minutes; default 15, or half of --time when less)",
+    )
     serve.add_argument(
         "--profile",
         choices=("local", "cluster"),
@@ -57,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         profile=Profile(args.profile),
         name=args.name,
         time=args.time,
+        until=args.until,
+        renew_lead=args.renew_lead,
         cluster_env=places.cluster_env,
         site=places.site,
         file_mode=resolve_results_mode(r),

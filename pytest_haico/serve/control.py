@@ -1,4 +1,6 @@
-"""`haico serve --list`, `haico serve status NAME` and `haico serve stop NAME`."""
+"""`haico serve --list`, `haico serve status NAME` and `haico serve stop NAME`: the catalogue's
+entries, and the other jobs of a name in the queue (a renewal's successor, a draining
+predecessor)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from pathlib import Path
 import httpx
 
 from pytest_haico.errors import CatalogueError
-from pytest_haico.serve.catalogue import deregister, entry_path, read_entry
+from pytest_haico.serve.catalogue import check_catalogue_dir, deregister, entry_path, read_entry
 from pytest_haico.serve.resolver import list_served, resolve_served, staleness
-from pytest_haico.slurm.jobs import cancel
+from pytest_haico.serve.submission import job_name
+from pytest_haico.slurm.client import SlurmError
+from pytest_haico.slurm.jobs import cancel, jobs_named
 
 Say = Callable[[str], None]
 STOP_WAIT_S = 60.0  # how long `stop` waits for the job to deregister (its KillWait and more)
@@ -27,15 +31,31 @@ def list_catalogue(catalogue: Path, *, say: Say) -> int:
     width = max(len(listing.name) for listing in listings)
     for listing in listings:
         entry = listing.entry
-        if entry is None or listing.problem is not None:
+        if entry is None:
             say(f"{listing.name:<{width}}  not available: {listing.problem}")
             continue
-        until = entry.job.end_time or "no time limit"
-        say(
-            f"{listing.name:<{width}}  {entry.endpoint}  served_name={entry.served_name}  "
-            f"arm {entry.arm}, job {entry.job.id} on {entry.job.node} until {until}"
-        )
+        if listing.problem is not None:
+            say(f"{listing.name:<{width}}  not available: {listing.problem}")
+        else:
+            until = entry.job.end_time or "no time limit"
+            say(
+                f"{listing.name:<{width}}  {entry.endpoint}  served_name={entry.served_name}  "
+                f"arm {entry.arm}, job {entry.job.id} on {entry.job.node} until {until}"
+            )
+        others = _other_jobs(listing.name, entry.job.id)
+        if others:
+            say(f"{'':<{width}}  {others}")
     return 0
+
+
+def _other_jobs(name: str, job_id: str) -> str:
+    """The name's other jobs in the queue ("" for none, or when Slurm cannot say)."""
+    try:
+        jobs = jobs_named(job_name(name))
+    except SlurmError:
+        return ""
+    others = ", ".join(f"{other} {state}" for other, state in jobs.items() if other != job_id)
+    return f"also in the queue: job {others}" if others else ""
 
 
 def status(catalogue: Path, name: str, *, say: Say) -> int:
@@ -46,6 +66,9 @@ def status(catalogue: Path, name: str, *, say: Say) -> int:
     job, until = entry.job, entry.job.end_time or "no time limit"
     say(f"  job: {job.id} on {job.node}, restart {job.restart_count}, until {until}")
     say(f"  registered: {entry.registered_at}")
+    others = _other_jobs(name, job.id)
+    if others:
+        say(f"  {others}")
     say(f"  model: {entry.identity.model}")
     vllm = " ".join(
         f"{key}={json.dumps(value)}" for key, value in sorted(entry.identity.vllm.items())
@@ -67,15 +90,36 @@ def status(catalogue: Path, name: str, *, say: Say) -> int:
 
 def stop(catalogue: Path, name: str, *, say: Say) -> int:
     """Cancel the model job (it deregisters as it ends) and wait for its entry to go; a
-    stale entry is removed at once."""
+    stale entry is removed at once. Then cancel the name's other jobs (a queued successor)."""
     try:
         served = resolve_served(name, catalogue=catalogue)
     except CatalogueError:
+        if not entry_path(catalogue, name).exists():
+            check_catalogue_dir(catalogue)  # none: that error, as it is
+            if _cancel_others(name, None, say=say):
+                return 0
         entry = read_entry(catalogue, name)  # unknown or untrusted: that error, as it is
         deregister(catalogue, name, job_id=entry.job.id)
         say(f"haico: removed the stale entry of {name!r} ({staleness(entry)})")
+        _cancel_others(name, entry.job.id, say=say)
         return 0
-    job_id = served.entry.job.id
+    status = _cancel_and_wait(catalogue, name, served.entry.job.id, say=say)
+    _cancel_others(name, served.entry.job.id, say=say)
+    return status
+
+
+def _cancel_others(name: str, job_id: str | None, *, say: Say) -> bool:
+    """Cancel the name's jobs in the queue but `job_id` (whose end is awaited already);
+    whether there were any. Its successor is queued before it deregisters, so none is missed."""
+    others = {i: state for i, state in jobs_named(job_name(name)).items() if i != job_id}
+    for other, state in others.items():
+        cancel(other)
+        say(f"haico: cancelled job {other} of {name!r} ({state})")
+    return bool(others)
+
+
+def _cancel_and_wait(catalogue: Path, name: str, job_id: str, *, say: Say) -> int:
+    """Cancel the job serving `name`; 0 once it deregistered, 1 if not in time."""
     cancel(job_id)
     say(f"haico: cancelled job {job_id} serving {name!r}; waiting for it to deregister")
     path = entry_path(catalogue, name)

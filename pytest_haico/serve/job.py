@@ -5,12 +5,13 @@ process can deregister before SIGKILL).
 It starts the arm's model server as a campaign's stack would (`stack.arm_stack.
 build_model_service`, the same health wait), on the cluster profile on every interface
 of its node (the key guards it), on the local profile on loopback (the stand-in: one
-node). Once healthy it registers `<catalogue>/<name>.json` and its key file, then waits:
-for TERM (the time limit, `scancel`, a requeue), USR1 (Slurm's warning before the end,
-`haico serve stop`), INT or HUP, or the model server's death. On every end it
-deregisters its own entry (never a successor's) before the server stops.
+node). Once healthy it registers `<catalogue>/<name>.json` and its key file, queues its
+successor when it renews (`serve.renewal`), then waits: for TERM (the time limit,
+`scancel`, a requeue), USR1 (Slurm's warning before the end, `haico serve stop`), INT or
+HUP, the model server's death, or its successor's entry in its place (then it drains). On
+every end it deregisters its own entry (never a successor's) before the server stops.
 
-Exit: 0 ended by a signal, 75 the model server died (infrastructure: serve it again),
+Exit: 0 ended by a signal or replaced, 75 the model server died (infrastructure: serve it again),
 78 it never became healthy, 4 a bad request (an arm or cluster.env that does not load).
 """
 
@@ -23,8 +24,9 @@ import pwd
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -34,7 +36,7 @@ from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.identity import model_identity
 from pytest_haico.config.settings import Profile
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.errors import HaicoError
+from pytest_haico.errors import CatalogueError, HaicoError
 from pytest_haico.serve.catalogue import (
     CatalogueEntry,
     EntryJob,
@@ -43,10 +45,14 @@ from pytest_haico.serve.catalogue import (
     deregister,
     key_file_name,
     now_utc,
+    read_entry,
     register,
 )
+from pytest_haico.serve.renewal import DRAIN_LIMIT_S, Renewal, is_idle, minutes
+from pytest_haico.serve.submission import ModelJob, queue_successor
 from pytest_haico.slurm.client import SlurmError
 from pytest_haico.slurm.jobs import job_end_time
+from pytest_haico.slurm.timelimits import parse_time_limit
 from pytest_haico.stack.arm_stack import build_model_service
 from pytest_haico.stack.orchestrator import Orchestrator
 from pytest_haico.stack.service import new_secret
@@ -63,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health probe
     args = _parser().parse_args(argv)
+    begun = datetime.now(UTC)
     stop = threading.Event()
     signalled: list[str] = []
     orchestrator: Orchestrator | None = None
@@ -116,7 +123,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             job_id,
             entry.job.end_time or "no time limit",
         )
-        status, why = _wait(stop, orchestrator, signalled)
+        if args.until is not None and not stop.is_set():
+            _renew(args, arm, job_id, started=_started(entry, args.time, begun))
+        server, metrics = orchestrator, f"http://127.0.0.1:{port}/metrics"
+        status, why = _wait(
+            stop,
+            server,
+            signalled,
+            replaced=_replaced_by(catalogue, name, job_id),
+            drain=lambda: _drain(stop, server, metrics, api_key),
+        )
     except HaicoError as exc:
         status, why = EXIT_DIED, f"could not register: {exc}"
     finally:
@@ -137,7 +153,66 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--file-mode", type=lambda text: int(text, 8), required=True)
     parser.add_argument("--cluster-env", type=Path)
     parser.add_argument("--key-group")
+    parser.add_argument("--time")
+    parser.add_argument("--until", type=datetime.fromisoformat)
+    parser.add_argument("--renew-lead", type=int)
     return parser
+
+
+def _started(entry: CatalogueEntry, time_limit: str | None, begun: datetime) -> datetime:
+    """When Slurm started the job: its end less its time limit (as Slurm counts from);
+    the process's own start when Slurm did not say."""
+    if entry.job.end_time is None or time_limit is None:
+        return begun
+    return datetime.fromisoformat(entry.job.end_time) - timedelta(
+        minutes=minutes(parse_time_limit(time_limit, where="--time") or 0)
+    )
+
+
+def _renew(args: argparse.Namespace, arm: Arm, job_id: str, *, started: datetime) -> None:
+    """Queue this job's successor, as it was submitted, unless the deadline has come."""
+    model_job = ModelJob(
+        arm_file=args.arm_file,
+        name=args.name,
+        profile=Profile(args.profile),
+        catalogue=args.catalogue,
+        file_mode=args.file_mode,
+        python=sys.executable,
+        time=args.time,
+        resources=tuple(arm.slurm.resource_options()) if arm.slurm is not None else (),
+        cluster_env=args.cluster_env,
+        key_group=args.key_group,
+        renewal=Renewal(until=args.until, lead_min=args.renew_lead),
+    )
+    try:
+        _log.info("renewal: %s", queue_successor(model_job, job_id, started=started))
+    except HaicoError as exc:
+        _log.error("renewal: the successor could not be queued: %s", exc)
+
+
+def _replaced_by(catalogue: Path, name: str, job_id: str) -> Callable[[], str | None]:
+    """A check: the id of the job whose entry is in this job's place, else None."""
+
+    def check() -> str | None:
+        try:
+            holder = read_entry(catalogue, name).job.id
+        except CatalogueError:
+            return None  # gone or unreadable: nobody took over
+        return holder if holder != job_id else None
+
+    return check
+
+
+def _drain(stop: threading.Event, orchestrator: Orchestrator, metrics: str, key: str) -> None:
+    """Until the server runs no request, at most `DRAIN_LIMIT_S` (a signal ends it too)."""
+    deadline = time.monotonic() + DRAIN_LIMIT_S
+    while not is_idle(metrics, key):
+        if time.monotonic() > deadline:
+            _log.warning("drained: requests still running after %.0f s", DRAIN_LIMIT_S)
+            return
+        if stop.wait(POLL_S) or _died(orchestrator) is not None:
+            return
+    _log.info("drained: no request running")
 
 
 def _job_key(job: SlurmJob) -> str:
@@ -208,16 +283,35 @@ def _user_name(uid: int) -> str:
 
 
 def _wait(
-    stop: threading.Event, orchestrator: Orchestrator, signalled: list[str]
+    stop: threading.Event,
+    orchestrator: Orchestrator,
+    signalled: list[str],
+    *,
+    replaced: Callable[[], str | None],
+    drain: Callable[[], None],
 ) -> tuple[int, str]:
-    """Until a signal or the model server's death: the exit status and why."""
+    """Until a signal, the model server's death or a successor's entry (then `drain`): the
+    exit status and why."""
     while not stop.wait(POLL_S):
-        for name, process in orchestrator.processes.items():
-            status = process.exit_status()
-            if status is not None:
-                _log.error("%s (pid %s) ended with status %s", name, process.pid, status)
-                return EXIT_DIED, f"{name} ended with status {status}"
+        died = _died(orchestrator)
+        if died is not None:
+            _log.error("%s", died)
+            return EXIT_DIED, died
+        successor = replaced()
+        if successor is not None:
+            _log.info("replaced by job %s: draining", successor)
+            drain()
+            return EXIT_SIGNALLED, f"replaced by job {successor}"
     return EXIT_SIGNALLED, signalled[-1] if signalled else "a signal"
+
+
+def _died(orchestrator: Orchestrator) -> str | None:
+    """What ended the model server, if it ended."""
+    for name, process in orchestrator.processes.items():
+        status = process.exit_status()
+        if status is not None:
+            return f"{name} (pid {process.pid}) ended with status {status}"
+    return None
 
 
 if __name__ == "__main__":

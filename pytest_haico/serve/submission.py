@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_haico.config.bounds import ARM_NAME
@@ -13,8 +14,9 @@ from pytest_haico.config.experiment import load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import CatalogueError, ConfigError
 from pytest_haico.serve.catalogue import entry_path, make_catalogue_dir
+from pytest_haico.serve.renewal import Renewal, minutes, plan_successor, resolve_renewal
 from pytest_haico.serve.resolver import resolve_served
-from pytest_haico.slurm.jobs import sbatch
+from pytest_haico.slurm.jobs import jobs_named, sbatch
 from pytest_haico.slurm.timelimits import parse_time_limit
 
 SCRIPT = Path(__file__).parents[1] / "templates" / "serve.sbatch"
@@ -34,6 +36,8 @@ class ServeRequest:
     profile: Profile
     name: str | None = None  # default: the arm's name
     time: str | None = None  # default: the arm's [slurm] time, else the partition's
+    until: str | None = None  # the whole service's time: renewal (`serve.renewal`)
+    renew_lead: str | None = None
     cluster_env: Path | None = None
     site: ClusterEnv | None = None
     file_mode: int = 0o640
@@ -63,11 +67,26 @@ def serve(request: ServeRequest, *, say: Say) -> int:
     time = request.time or (arm.slurm.time if arm.slurm is not None else None)
     if time is not None:
         parse_time_limit(time, where="--time")
+    renewal = resolve_renewal(
+        time=time, until=request.until, lead=request.renew_lead, now=datetime.now(UTC)
+    )
     make_catalogue_dir(request.catalogue, file_mode=request.file_mode)
     _refuse_if_served(request.catalogue, name)
-    argv = sbatch_argv(request, arm_file=arm_file, name=name, time=time)
-    if arm.slurm is not None:
-        argv[2:2] = arm.slurm.resource_options()
+    key_group = request.site.get("SERVE_KEY_GROUP") if request.site is not None else None
+    job = ModelJob(
+        arm_file=arm_file,
+        name=name,
+        profile=request.profile,
+        catalogue=request.catalogue,
+        file_mode=request.file_mode,
+        python=request.python,
+        time=time,
+        resources=tuple(arm.slurm.resource_options()) if arm.slurm is not None else (),
+        cluster_env=request.cluster_env,
+        key_group=key_group or None,
+        renewal=renewal,
+    )
+    argv = sbatch_argv(job)
     logs = logs_dir(request.catalogue)
     make_catalogue_dir(logs, file_mode=request.file_mode)
     job_id = sbatch(argv)
@@ -75,41 +94,74 @@ def serve(request: ServeRequest, *, say: Say) -> int:
         f"haico: submitted job {job_id} to serve arm {arm.name} as {name!r} "
         f"({request.profile.value} profile, time limit {time or 'the partition default'})"
     )
+    if renewal is not None:
+        say(
+            f"haico: it renews itself until {renewal.until.isoformat(timespec='seconds')}: "
+            f"its successor is queued to start {renewal.lead_min} min before its end"
+        )
     say(f"haico: it registers {entry_path(request.catalogue, name)} once its model is healthy")
     say(f"haico: log: {logs / f'{name}.{job_id}.out'}")
     say(f"haico: next: haico serve status {name}")
     return 0
 
 
-def sbatch_argv(request: ServeRequest, *, arm_file: Path, name: str, time: str | None) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class ModelJob:
+    """One model job's submission, all its sbatch command line says: the job reads it back
+    from its arguments (`job_arguments`) to submit its successor alike."""
+
+    arm_file: Path
+    name: str
+    profile: Profile
+    catalogue: Path
+    file_mode: int
+    python: str
+    time: str | None
+    resources: tuple[str, ...] = ()
+    cluster_env: Path | None = None
+    key_group: str | None = None
+    renewal: Renewal | None = None
+
+    def job_arguments(self) -> list[str]:
+        """The arguments of `python -m pytest_haico.serve.job` (`serve.job`'s parser)."""
+        args = ["--arm-file", str(self.arm_file), "--name", self.name]
+        args += ["--profile", self.profile.value, "--catalogue", str(self.catalogue)]
+        args += ["--log-dir", str(logs_dir(self.catalogue)), "--file-mode", f"{self.file_mode:o}"]
+        if self.cluster_env is not None:
+            args += ["--cluster-env", str(self.cluster_env)]
+        if self.key_group:
+            args += ["--key-group", self.key_group]
+        if self.time is not None:
+            args += ["--time", self.time]
+        if self.renewal is not None:
+            args += ["--until", self.renewal.until.isoformat(timespec="seconds")]
+            args += ["--renew-lead", str(self.renewal.lead_min)]
+        return args
+
+
+def sbatch_argv(job: ModelJob, *, after: str | None = None) -> list[str]:
     """The exact sbatch command line (the job gets the allow-listed environment and the
-    interpreter; no secret: the job makes its own key)."""
-    logs = logs_dir(request.catalogue)
-    if "," in request.python:
-        raise ConfigError(
-            "HAICO_PYTHON", "", f"{request.python} has a comma, which sbatch cannot pass"
-        )
+    interpreter; no secret: the job makes its own key); `after` (a `--dependency=...`) for a
+    successor."""
+    logs = logs_dir(job.catalogue)
+    if "," in job.python:
+        raise ConfigError("HAICO_PYTHON", "", f"{job.python} has a comma, which sbatch cannot pass")
     argv = [
         "sbatch",
         "--parsable",
-        f"--job-name={job_name(name)}",
-        f"--output={logs}/{name}.%j.out",
+        *job.resources,
+        f"--job-name={job_name(job.name)}",
+        f"--output={logs}/{job.name}.%j.out",
         f"--chdir={logs}",
         f"--signal=B:USR1@{SIGNAL_LEAD_S}",
         "--requeue",
-        f"--export=ALL,HAICO_PYTHON={request.python}",
+        f"--export=ALL,HAICO_PYTHON={job.python}",
     ]
-    if time is not None:
-        argv.append(f"--time={time}")
-    argv += [str(SCRIPT), "--arm-file", str(arm_file), "--name", name]
-    argv += ["--profile", request.profile.value, "--catalogue", str(request.catalogue)]
-    argv += ["--log-dir", str(logs), "--file-mode", f"{request.file_mode:o}"]
-    if request.cluster_env is not None:
-        argv += ["--cluster-env", str(request.cluster_env)]
-    key_group = request.site.get("SERVE_KEY_GROUP") if request.site is not None else None
-    if key_group:
-        argv += ["--key-group", key_group]
-    return argv
+    if job.time is not None:
+        argv.append(f"--time={job.time}")
+    if after is not None:
+        argv.append(after)
+    return [*argv, str(SCRIPT), *job.job_arguments()]
 
 
 def _refuse_if_served(catalogue: Path, name: str) -> None:
@@ -121,4 +173,24 @@ def _refuse_if_served(catalogue: Path, name: str) -> None:
     raise CatalogueError(
         f"{name!r} is served already, by job {served.entry.job.id} at {served.endpoint}: "
         f"`haico serve stop {name}` first, or serve this arm under another --name"
+    )
+
+
+def queue_successor(job: ModelJob, job_id: str, *, started: datetime) -> str:
+    """Submit the successor of model job `job_id` (which `started` then) unless one is queued
+    already (a requeued job registers again) or the deadline has come: what was done."""
+    assert job.renewal is not None and job.time is not None
+    time_s = parse_time_limit(job.time, where="--time") or 0.0
+    successor = plan_successor(started=started, time_min=minutes(time_s), renewal=job.renewal)
+    until = job.renewal.until.isoformat(timespec="seconds")
+    if successor is None:
+        return f"no successor: the service ends with this job (until {until})"
+    pending = [i for i, state in jobs_named(job_name(job.name)).items() if state == "PENDING"]
+    if pending:
+        return f"no successor: job {', '.join(pending)} is queued already"
+    following = replace(job, time=str(successor.time_min))
+    new_id = sbatch(sbatch_argv(following, after=successor.dependency(job_id)))
+    return (
+        f"queued job {new_id} to start {successor.delay_min} min after this job started, "
+        f"for {successor.time_min} min (until {until})"
     )

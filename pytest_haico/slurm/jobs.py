@@ -1,5 +1,6 @@
-"""Slurm's jobs: submitting one, finding one by its name, how its array tasks stand, when it
-ends and whether it has ended, how it stands now, and cancelling it."""
+"""Slurm's jobs: submitting one, finding one by its name (or this user's queued ones), how
+its array tasks stand, when it ends and whether it has ended, how it stands now, and
+cancelling it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pytest_haico.slurm.records import (
     parse_scontrol_end_time,
     parse_squeue_end_time,
     parse_squeue_job_ids,
+    parse_squeue_states,
     record_of,
 )
 
@@ -96,6 +98,12 @@ def find_job(name: str, *, since: str, environ: Mapping[str, str] | None = None)
             "duplicates you do not want (scancel), then run haico again"
         )
     return NameLookup(ids.pop() if ids else None, history)
+
+
+def jobs_named(name: str, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This user's jobs in the queue named `name`: job id -> state (``PENDING``, ...)."""
+    argv = ["squeue", "--me", "--name", name, "-h", "-o", "%i %T"]
+    return parse_squeue_states(client.run(argv, environ=environ).checked().stdout)
 
 
 def task_states(job_id: str, *, environ: Mapping[str, str] | None = None) -> dict[int, TaskState]:

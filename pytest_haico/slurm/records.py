@@ -179,6 +179,15 @@ def parse_squeue_job_ids(stdout: str) -> set[str]:
     return {line.strip() for line in stdout.splitlines() if line.strip().isdigit()}
 
 
+def parse_squeue_states(stdout: str) -> dict[str, str]:
+    """Job id -> state from ``squeue -h -o '%i %T'``."""
+    return {
+        fields[0]: fields[1]
+        for fields in (line.split() for line in stdout.splitlines())
+        if len(fields) == 2
+    }
+
+
 def parse_sacct_job_ids(stdout: str) -> set[str]:
     """The job ids of ``sacct -X -P -n -o JobID``, an array's tasks (``77_0``) under the
     array's id."""

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_haico.cli.main import main
 from pytest_haico.config.settings import Profile
-from pytest_haico.serve.submission import SCRIPT, ServeRequest, sbatch_argv
+from pytest_haico.serve.submission import SCRIPT, ModelJob, sbatch_argv
 
 
 @pytest.fixture
@@ -94,17 +94,19 @@ def test_words_that_are_no_command_are_one_line(
 def test_the_model_job_is_submitted_with_its_time_signal_requeue_and_no_secret(
     tmp_path: Path,
 ) -> None:
-    request = ServeRequest(
-        arm="qwen32b",
-        experiments=tmp_path / "experiments",
-        catalogue=tmp_path / "catalogue",
-        profile=Profile.CLUSTER,
-        python="/venv/bin/python",
-        file_mode=0o640,
-    )
+    catalogue = tmp_path / "catalogue"
     arm_file = tmp_path / "experiments" / "arms" / "qwen32b.toml"
-    logs = tmp_path / "catalogue" / "logs"
-    assert sbatch_argv(request, arm_file=arm_file, name="judge", time="8:00:00") == [
+    job = ModelJob(
+        arm_file=arm_file,
+        name="judge",
+        profile=Profile.CLUSTER,
+        catalogue=catalogue,
+        file_mode=0o640,
+        python="/venv/bin/python",
+        time="8:00:00",
+    )
+    logs = catalogue / "logs"
+    assert sbatch_argv(job) == [
         "sbatch",
         "--parsable",
         "--job-name=haico.serve.judge",
@@ -122,9 +124,11 @@ def test_the_model_job_is_submitted_with_its_time_signal_requeue_and_no_secret(
         "--profile",
         "cluster",
         "--catalogue",
-        str(tmp_path / "catalogue"),
+        str(catalogue),
         "--log-dir",
         str(logs),
         "--file-mode",
         "640",
+        "--time",
+        "8:00:00",
     ]

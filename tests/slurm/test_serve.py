@@ -1,5 +1,6 @@
 """`haico serve` under real Slurm daemons, with the stand-in model: the model job registers
-once healthy, answers with its key, and deregisters on every end (stop, USR1, a crash)."""
+once healthy, answers with its key, deregisters on every end (stop, USR1, a crash), and
+hands over to its successor when it renews."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def _serve(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return status, captured.out + captured.err
 
 
-def _wait_registered(catalogue: Path, *, restarts: int = 0, timeout: float = 120) -> ServedModel:
+def _wait_registered(
+    catalogue: Path, *, restarts: int = 0, job: str | None = None, timeout: float = 120
+) -> ServedModel:
     found: list[ServedModel] = []
 
     def registered() -> bool:
@@ -63,7 +66,7 @@ def _wait_registered(catalogue: Path, *, restarts: int = 0, timeout: float = 120
         except CatalogueError:
             return False
         found.append(served)
-        return served.entry.job.restart_count == restarts
+        return served.entry.job.restart_count == restarts and job in (None, served.entry.job.id)
 
     wait_for(registered, timeout=timeout, what="the model job to register")
     return found[-1]
@@ -308,3 +311,71 @@ def _gates(project: Path) -> list[dict[str, Any]]:
 
 def _canary_passed(project: Path) -> bool:
     return any(g["name"] == "canary_turn" and g["passed"] for g in _gates(project))
+
+
+def test_a_renewed_model_job_hands_over_to_its_successor_and_stop_ends_the_chain(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--time 3 --until 10 --renew-lead 2: the successor is eligible 1 min after the first
+    job started; it registers, the first drains and ends, `stop` cancels the next one."""
+    catalogue, logs = _catalogue(project), _catalogue(project) / "logs"
+    status, out = _serve(
+        capsys, "standin", "--profile", "local", "--time", "3", "--until", "10",
+        "--renew-lead", "2",
+    )  # fmt: skip
+    assert status == 0 and "its successor is queued to start 2 min before its end" in out, out
+    first_job = _job_id(out)
+    first = _wait_registered(catalogue)
+    second_job = _queued_successor(logs / f"standin.{first_job}.out")
+    assert slurm_cluster.job_fields(second_job)["Dependency"].startswith(f"after:{first_job}+1")
+
+    second = _wait_registered(catalogue, job=second_job, timeout=180)
+    assert second.entry.port != first.entry.port
+    slurm_cluster.wait_ended(first_job, timeout=120)
+    assert slurm_cluster.job_fields(first_job)["ExitCode"] == "0:0"
+    first_log = (logs / f"standin.{first_job}.out").read_text()
+    assert f"replaced by job {second_job}: draining" in first_log, first_log
+    assert f"stopped (replaced by job {second_job})" in first_log, first_log
+    served = resolve_served("standin", catalogue=catalogue)  # a client, after the switch
+    assert served.entry.job.id == second_job and served.endpoint == second.endpoint
+    headers = {"Authorization": f"Bearer {served.api_key()}"}
+    assert httpx.get(f"{served.endpoint}/models", headers=headers).status_code == 200
+
+    third_job = _queued_successor(logs / f"standin.{second_job}.out")
+    status, out = _serve(capsys, "--list")
+    assert out.splitlines()[1].endswith(f"also in the queue: job {third_job} PENDING"), out
+    status, out = _serve(capsys, "stop", "standin")
+    assert status == 0, out
+    assert out.splitlines()[-1] == f"haico: cancelled job {third_job} of 'standin' (PENDING)"
+    slurm_cluster.wait_ended(second_job, third_job, timeout=60)
+    assert slurm_cluster.run("squeue", "-h", "-n", "haico.serve.standin").stdout == ""
+    assert list(catalogue.glob("standin*")) == []
+
+
+def _queued_successor(log: Path) -> str:
+    """The id of the successor that the job of `log` queued, once it says so."""
+    said: list[str] = []
+
+    def queued() -> bool:
+        text = log.read_text() if log.exists() else ""
+        said[:] = text.split("renewal: queued job ", 1)[1:]
+        return bool(said)
+
+    wait_for(queued, timeout=120, what=f"{log.name} to queue its successor")
+    return said[0].split()[0]
+
+
+def test_stop_cancels_a_queued_successor_of_a_name_with_no_entry(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chain whose job ended (a crash) leaves its successor queued: stop finds it by name."""
+    _catalogue(project).mkdir(mode=0o750, parents=True)
+    queued = slurm_cluster.run(
+        "sbatch", "--parsable", "--hold", "--job-name=haico.serve.standin", "--wrap=true",
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    status, out = _serve(capsys, "stop", "standin")
+    assert (status, out) == (0, f"haico: cancelled job {queued} of 'standin' (PENDING)\n")
+    slurm_cluster.wait_ended(queued, timeout=60)
+    status, out = _serve(capsys, "stop", "standin")
+    assert status == 2 and out.startswith("haico: no served model named 'standin' in "), out
