@@ -211,18 +211,12 @@ class CampaignPlugin:
         self.sessions.after(item)
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(
-        self, item: pytest.Item, nextitem: pytest.Item | None
-    ) -> Generator[None, object, object]:
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
         state = item.stash.get(ATTEMPT_KEY, None)
         if state is not None:
             state.clock.start()
         try:
-            result = yield
-            # A breaker or a dead service stops the session only once the items already
-            # recorded are reported: pytest's counts then hold every record of the run.
-            self.sessions.stop_after(item.session, nextitem)
-            return result
+            return (yield)
         except (KeyboardInterrupt, pytest.exit.Exception) as exc:
             if state is not None and not self.sessions.holds_conversation(state):
                 message = str(exc) or "the session was interrupted"

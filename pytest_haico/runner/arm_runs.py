@@ -77,7 +77,6 @@ class ArmRuns:
         self._starting: ArmRun | None = None  # its run, once it has one
         self.tearing_down = False
         self._session: pytest.Session | None = None
-        self._session_stop: str | None = None  # why the session stops, once it must
         self._sessions: dict[str, ArmRun] = {}
         self._failures: dict[str, str] = {}
         self._attempts: dict[str, list[ItemAttempt]] = {}
@@ -369,9 +368,7 @@ class ArmRuns:
         if self.stack_failure is None:
             self.stack_failure = failure
             self.failed_gate = gate.name if gate is not None else None
-        self._session_stop = f"haico: {headline(told)}"
-        if self._session is not None:  # on the main thread: no item runs after it
-            self._session.shouldstop = self._session_stop
+        self._stop_session(told)
         return told
 
     def _provenance(self, arm: str) -> dict[str, str]:
@@ -383,17 +380,14 @@ class ArmRuns:
         return arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
 
     def _stop_early(self, reason: str) -> None:
-        """A breaker tripped or a service died: the session stops (`stop_after`)."""
-        self.stop_reason = self.stop_reason or reason
-        self._session_stop = self._session_stop or f"haico: {headline(reason)}"
+        """A breaker tripped or a service died: the session stops after the current item."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._stop_session(reason)
 
-    def stop_after(self, session: pytest.Session, nextitem: pytest.Item | None) -> None:
-        """After each item, on the main thread: stop before the first next item with no record."""
-        if self._session_stop is None:
-            return
-        state = nextitem.stash.get(ATTEMPT_KEY, None) if nextitem is not None else None
-        if state is None or state.recorded is None:
-            session.shouldstop = self._session_stop
+    def _stop_session(self, reason: str) -> None:
+        if self._session is not None:
+            self._session.shouldstop = f"haico: {headline(reason)}"
 
 
 ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()
