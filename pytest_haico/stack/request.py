@@ -38,8 +38,11 @@ class ModelEndpoint:
     @property
     def relayed(self) -> bool:
         """Whether the backend reaches it through the stack's relay (`stack.relay`): the
-        HAI-Co² backend sends VLLM_API_KEY only to a host whose name contains `vllm`."""
-        return "vllm" not in (urllib.parse.urlsplit(self.url).hostname or "")
+        HAI-Co² backend sends VLLM_API_KEY only to a host whose name contains `vllm`. Plain
+        HTTP only: TLS through the relay would name the wrong host (gate
+        prohibited_environment refuses such an https endpoint instead)."""
+        parts = urllib.parse.urlsplit(self.url)
+        return parts.scheme == "http" and "vllm" not in (parts.hostname or "")
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -26,6 +26,8 @@ KEY = "the-model-key"
         ("http://127.0.0.1:8011/v1", True),
         ("http://vllm.localhost:8011/v1", False),
         ("https://vllm-judge.example.org/v1", False),
+        # TLS through the relay would name the wrong host: the static gate refuses it.
+        ("https://models.example.org/v1", False),
     ],
 )
 def test_an_endpoint_whose_host_does_not_say_vllm_is_relayed(url: str, relayed: bool) -> None:
