@@ -34,7 +34,7 @@ def test_an_endpoint_whose_host_does_not_say_vllm_is_relayed(url: str, relayed: 
     assert ModelEndpoint(url, KEY).relayed is relayed
 
 
-def test_the_relay_runs_on_the_standard_library_alone() -> None:
+def test_the_relay_runs_by_path_isolated_from_the_environment() -> None:
     relay = build_relay_service("gpu07", 8011)
     argv = list(relay.argv(20001))
     assert argv[1:3] == ["-I", str(Path(__file__).parents[2] / "pytest_haico/stack/relay.py")]
