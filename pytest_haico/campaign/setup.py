@@ -23,7 +23,7 @@ from pytest_haico.ledger.recorder import Recorder
 from pytest_haico.runner.arm_runs import ArmRuns
 
 if TYPE_CHECKING:
-    from pytest_haico.driver.judging import Scorer
+    from pytest_haico.runner.judges import TurnJudge
     from pytest_haico.stack.kept import KeptState
 
 
@@ -90,7 +90,7 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
 
 def _judges(
     config: pytest.Config, settings: Settings, experiments: Experiments
-) -> dict[str, Scorer]:
+) -> dict[str, TurnJudge]:
     """Each selected arm's judge, when its scripts ask one (`runner.judges`)."""
     if not any(
         turn.expect and turn.expect.judge for s in experiments.scripts for turn in s.script.turns
@@ -101,11 +101,9 @@ def _judges(
     arms = [
         arm for name, arm in experiments.arms.items() if not settings.arms or name in settings.arms
     ]
-    names = check_judges(
-        arms, experiments.scripts, option=settings.judge, catalogue=settings.catalogue
-    )
-    return dict(
-        make_judges(names, catalogue=settings.catalogue, hook=config.hook.pytest_haico_judge_turn)
+    names = check_judges(arms, experiments.scripts, option=settings.judge)
+    return make_judges(
+        names, catalogue=settings.catalogue, hook=config.hook.pytest_haico_judge_turn
     )
 
 

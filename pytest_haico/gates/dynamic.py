@@ -22,6 +22,8 @@ from pytest_haico.gates.probes import bearer, get, post
 from pytest_haico.gates.result import GateResult, failed, passed
 
 SERVED_MODEL = "served_model"
+# Static, as served_model: the judge an arm's scripts ask is served and its job runs.
+JUDGE = "judge"
 MAX_MODEL_LEN = "max_model_len"
 COMPLETION = "completion"
 API_KEY = "api_key"

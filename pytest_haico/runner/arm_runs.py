@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.items import ItemSpec
     from pytest_haico.config.settings import Settings
-    from pytest_haico.driver.judging import Scorer
     from pytest_haico.runner.arm_request import RunRecorder
     from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
+    from pytest_haico.runner.judges import TurnJudge
     from pytest_haico.runner.preflight import ArmPreflights, GateLog
     from pytest_haico.stack.kept import KeptState
 
@@ -55,7 +55,7 @@ class ArmRuns:
         recorder: Recorder,
         *,
         kept: KeptState | None = None,
-        judges: Mapping[str, Scorer] | None = None,
+        judges: Mapping[str, TurnJudge] | None = None,
     ) -> None:
         self.settings = settings
         self.judges = dict(judges or {})  # per arm: what scores its turns' judge expectations
@@ -293,7 +293,8 @@ class ArmRuns:
         """Each arm's static gates, run once (a passed run is kept for its start)."""
         from pytest_haico.runner.preflight import ArmPreflights
 
-        return ArmPreflights(self.settings, self.arms, self.recorder)
+        judge_gates = {arm: judge.gate for arm, judge in self.judges.items()}
+        return ArmPreflights(self.settings, self.arms, self.recorder, judge_gates=judge_gates)
 
     def _specs(self, arm: str) -> list[ItemSpec]:
         """The items the arm's gates are over: those of this run (or, under

@@ -3,10 +3,11 @@
 hook `pytest_haico_judge_turn` in a worker thread.
 
 The judge of an arm is `--haico-judge`, else the arm's `[run] judge`. At configure time an
-arm whose scripts ask a judge must have one, and the catalogue must hold a trusted entry of
-that name (a usage error otherwise). Whether the judge's job still runs is asked when it is
-first needed, and again after the judge failed to answer: a requeued judge registers again,
-and the next attempt finds it. A judge that cannot answer is infra.
+arm whose scripts ask a judge must have one (a usage error otherwise). Static gate `judge`
+resolves it at the start of each run, as gate served_model does the arm's model: a name the
+catalogue does not have, cannot vouch for or whose job no longer runs is exit 78 before
+anything starts. It is resolved again after the judge failed to answer: a requeued judge
+registers again, and the next attempt finds it. A judge that cannot answer is infra.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pytest_haico.config.identity import parse_model_identity
 from pytest_haico.config.validation import human_field
 from pytest_haico.driver.judging import JudgedTurn, JudgeVerdict, ScoredTurn
 from pytest_haico.errors import CatalogueError, ConfigError, JudgeError
+from pytest_haico.gates.dynamic import JUDGE
+from pytest_haico.gates.result import GateResult, failed, passed
 from pytest_haico.ledger.records import JudgeRecord
-from pytest_haico.serve.catalogue import read_entry
 from pytest_haico.serve.resolver import JobLookup, ServedModel, resolve_served
 from pytest_haico.slurm.jobs import job_now
 
@@ -31,11 +33,11 @@ JudgeHook = Callable[..., JudgeVerdict | None]
 
 
 def check_judges(
-    arms: Iterable[Arm], scripts: Iterable[ScriptSource], *, option: str | None, catalogue: Path
+    arms: Iterable[Arm], scripts: Iterable[ScriptSource], *, option: str | None
 ) -> dict[str, str]:
     """Each arm's judge name (`option`, --haico-judge, else the arm's [run] judge), for the
     arms whose scripts ask a judge; a `ConfigError` naming the first script that asks one
-    when an arm has none, or the judge when `catalogue` has no trusted entry of its name."""
+    when an arm has none."""
     asking = [(source, index) for source in scripts for index in _judged_turns(source)]
     if not asking:
         return {}
@@ -52,12 +54,6 @@ def check_judges(
                 "--list` shows what is served)",
             )
         names[arm.name] = name
-    for name in sorted(set(names.values())):
-        try:
-            read_entry(catalogue, name)
-        except CatalogueError as exc:
-            where = "--haico-judge" if option else "[run] judge"
-            raise ConfigError(where, "", f"{exc}") from None
     return names
 
 
@@ -94,6 +90,20 @@ class TurnJudge:
         self._lookup = lookup
         self._served: ServedModel | None = None
         self._lock = threading.Lock()
+
+    def gate(self) -> GateResult:
+        """Gate `judge`: the judge resolved afresh (kept for the first turn), or why not."""
+        with self._lock:
+            self._served = None
+        try:
+            served = self._resolve()
+        except JudgeError as exc:
+            return failed(
+                JUDGE,
+                str(exc),
+                "serve it, or name another judge with --haico-judge or [run] judge; then rerun",
+            )
+        return passed(JUDGE, f"{self.name!r} at {served.endpoint}, job {served.entry.job.id}")
 
     async def __call__(self, turn: JudgedTurn) -> ScoredTurn:
         return await asyncio.to_thread(self._score, turn)

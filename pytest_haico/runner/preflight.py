@@ -18,7 +18,7 @@ from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError, GateFailedError
 from pytest_haico.gates import filesystem, gpu, static
-from pytest_haico.gates.dynamic import SERVED_MODEL
+from pytest_haico.gates.dynamic import JUDGE, SERVED_MODEL
 from pytest_haico.gates.result import (
     Gate,
     GateResult,
@@ -83,10 +83,18 @@ class ArmPreflights:
     """Each arm's static gates, run once before its stack starts; a passed preflight (its
     walltime admission and gate log) is kept for the arm's start."""
 
-    def __init__(self, settings: Settings, arms: Mapping[str, Arm], recorder: Recorder) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        arms: Mapping[str, Arm],
+        recorder: Recorder,
+        *,
+        judge_gates: Mapping[str, Callable[[], GateResult]] | None = None,
+    ) -> None:
         self.settings = settings
         self.arms = arms
         self.recorder = recorder
+        self.judge_gates = dict(judge_gates or {})  # arm -> gate judge of its judge
         # Arm -> every gate its start ran, and gates.json (kept when a static gate failed).
         self.gate_logs: dict[str, GateLog] = {}
         self._passed: dict[str, tuple[WalltimeAdmission, GateLog]] = {}
@@ -133,6 +141,7 @@ class ArmPreflights:
             share=share,
             run_dir=self.recorder.claim(arm).path,
             served=self.served.get(arm),
+            judge=self.judge_gates.get(arm),
         )
 
 
@@ -147,13 +156,14 @@ def static_gates(
     share: str,
     run_dir: Path | None = None,
     served: ServedCheck | None = None,
+    judge: Callable[[], GateResult] | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> list[Gate]:
     """The static gates of `arm`, in DESIGN's order (gate 1, the configuration, ran at
     configure time), each with every input bound. `scripts` and `strata` are those of the
     arm's items in this run; `share` names what this run claimed (for output_collision);
     `run_dir` its directory, where the GPU check an arm asks for logs; `served`, the arm's
-    served model, adds gate served_model."""
+    served model, adds gate served_model; `judge`, the gate of the judge its scripts ask."""
     site = settings.site
     cluster = settings.profile is Profile.CLUSTER
     starts_vllm = (
@@ -241,6 +251,8 @@ def static_gates(
     ]
     if served is not None:
         gates.insert(1, Gate(SERVED_MODEL, served.gate))
+    if judge is not None:
+        gates.insert(2 if served is not None else 1, Gate(JUDGE, judge))
     if starts_vllm and arm.run.gpu_check and run_dir is not None:
         gates.append(Gate(gpu.GPU_CHECK, partial(_gpu_gate, settings, arm, environ, venv, run_dir)))
     return gates

@@ -1,11 +1,12 @@
-"""A judge expectation that cannot be scored is one line at configure time, exit 4: no judge
-named, a judge the catalogue does not have, an empty question, a malformed name."""
+"""A judge expectation that cannot be scored is one line: at configure time, exit 4, no judge
+named, an empty question, a malformed name; at the start of the arm's run, gate judge (exit
+78, before any service starts), a judge the catalogue does not have."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.harness import CampaignProject
+from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.serve.judge_entries import register_judge
 
 SCRIPT = """
@@ -38,26 +39,35 @@ def test_a_judge_question_without_a_judge_names_script_line_and_fix(
     )
 
 
-def test_a_judge_the_catalogue_does_not_have_is_named_with_what_is_served(
+def _gate_failure(campaign: CampaignProject, *args: str) -> str:
+    """The line of a run that stopped at a static gate (exit 78), before any service."""
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    result = campaign.run(*args)
+    assert result.ret == 78, result.stdout.str()
+    (line,) = [line for line in result.stdout.lines if line.startswith("gate failed (exit 78)")]
+    assert campaign.records("demo") == []
+    return line
+
+
+def test_a_judge_the_catalogue_does_not_have_is_gate_78_naming_what_is_served(
     campaign: CampaignProject,
 ) -> None:
     register_judge(campaign.root / "catalogue", port=1, served_name="j", key="k")
     campaign.scripts("judged.yaml", SCRIPT % "'Is the plan for three days?'")
     campaign.arm("demo")
-    assert _usage_error(campaign, "--haico-judge", "jduge") == (
-        f"ERROR: haico: --haico-judge: no served model named 'jduge' in "
+    assert _gate_failure(campaign, "--haico-judge", "jduge") == (
+        "gate failed (exit 78): arm demo: gate judge failed: no served model named 'jduge' in "
         f"{campaign.root / 'catalogue'} (served there: judge); start it with `haico serve "
-        "<arm> --name jduge`"
+        "<arm> --name jduge`; serve it, or name another judge with --haico-judge or [run] "
+        "judge; then rerun"
     )
 
 
-def test_an_arms_judge_the_catalogue_does_not_have_names_the_arm_setting(
-    campaign: CampaignProject,
-) -> None:
+def test_an_arms_judge_without_a_catalogue_is_gate_78(campaign: CampaignProject) -> None:
     campaign.scripts("judged.yaml", SCRIPT % "'Is the plan for three days?'")
     campaign.arm("demo", "[run]\njudge = 'judge'\n")
-    line = _usage_error(campaign)
-    assert line.startswith("ERROR: haico: [run] judge: ")
+    line = _gate_failure(campaign)
+    assert line.startswith("gate failed (exit 78): arm demo: gate judge failed: ")
     assert "no catalogue here: no model is served (`haico serve <arm>` serves one)" in line
 
 

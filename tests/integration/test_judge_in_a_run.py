@@ -4,6 +4,7 @@ scores the questions it claims; a judge that cannot be reached makes the item in
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,13 @@ def test_show_names_the_judge_and_what_it_answered(
         '  expect judge "Does the answer mention \\"Rhodes\\"?": FAIL (judge judge, job 41: "No.")'
         in capsys.readouterr().out.splitlines()
     )
+
+
+def test_gate_judge_resolved_each_arms_judge_before_its_stack_started(run: JudgedRun) -> None:
+    for arm, judge in (("demo", "judge"), ("lost", "gone")):
+        (gates_json,) = (run.results / arm / "runs").glob("*/gates.json")
+        gates = json.loads(gates_json.read_text())["gates"]
+        names = [gate["name"] for gate in gates]
+        assert names.index("judge") < names.index("completion"), names  # static: first
+        (gate,) = [gate for gate in gates if gate["name"] == "judge"]
+        assert gate["passed"] and gate["detail"].startswith(f"'{judge}' at http://127.0.0.1:")

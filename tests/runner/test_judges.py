@@ -63,14 +63,14 @@ def test_the_judge_reads_the_question_first_and_the_answer_last() -> None:
     assert TURN.user in lines
 
 
-def test_scripts_without_a_judge_question_need_no_judge(catalogue: Path) -> None:
-    names = check_judges([_arm()], [_source({"contains": "x"})], option=None, catalogue=catalogue)
+def test_scripts_without_a_judge_question_need_no_judge() -> None:
+    names = check_judges([_arm()], [_source({"contains": "x"})], option=None)
     assert names == {}
 
 
-def test_a_judge_question_without_a_judge_names_the_script_and_the_fix(catalogue: Path) -> None:
+def test_a_judge_question_without_a_judge_names_the_script_and_the_fix() -> None:
     with pytest.raises(ConfigError) as caught:
-        check_judges([_arm()], [_source(None, {"judge": "Q?"})], option=None, catalogue=catalogue)
+        check_judges([_arm()], [_source(None, {"judge": "Q?"})], option=None)
     message = str(caught.value)
     assert message.startswith("experiments/scripts/plan.yaml:3")
     assert "turn 2, expect.judge: arm demo has no judge to ask: name the served judge model " in (
@@ -79,34 +79,43 @@ def test_a_judge_question_without_a_judge_names_the_script_and_the_fix(catalogue
     assert "--haico-judge NAME" in message and '[run] judge = "NAME"' in message
 
 
-def test_the_option_names_every_arms_judge_and_the_arm_its_own(catalogue: Path) -> None:
-    for name in ("judge", "strict-judge"):
-        register_judge(catalogue, port=1, served_name="j", key="k", name=name)
+def test_the_option_names_every_arms_judge_and_the_arm_its_own() -> None:
     arms = [_arm("a"), _arm("b", judge="strict-judge")]
     source = _source({"judge": "Q?"})
-    assert check_judges(arms, [source], option="judge", catalogue=catalogue) == {
+    assert check_judges(arms, [source], option="judge") == {
         "a": "judge",
         "b": "judge",
     }
     with pytest.raises(ConfigError, match="arm a has no judge"):
-        check_judges(arms, [source], option=None, catalogue=catalogue)
-    assert check_judges(arms[1:], [source], option=None, catalogue=catalogue) == {
+        check_judges(arms, [source], option=None)
+    assert check_judges(arms[1:], [source], option=None) == {
         "b": "strict-judge"
     }
 
 
-def test_an_unknown_judge_names_what_is_served(catalogue: Path) -> None:
+def _judge(catalogue: Path, hook: Any, lookup: Any = running, name: str = "judge") -> TurnJudge:
+    return TurnJudge(name, catalogue=catalogue, hook=hook, lookup=lookup)
+
+
+def test_gate_judge_refuses_an_unknown_judge_naming_what_is_served(catalogue: Path) -> None:
     register_judge(catalogue, port=1, served_name="j", key="k", name="judge")
-    with pytest.raises(ConfigError) as caught:
-        check_judges([_arm()], [_source({"judge": "Q?"})], option="jduge", catalogue=catalogue)
-    assert str(caught.value) == (
-        f"--haico-judge: no served model named 'jduge' in {catalogue} (served there: judge); "
+    result = _judge(catalogue, lambda **_: None, name="jduge").gate()
+    assert (result.name, result.passed) == ("judge", False)
+    assert result.detail == (
+        f"no served model named 'jduge' in {catalogue} (served there: judge); "
         "start it with `haico serve <arm> --name jduge`"
     )
+    assert "--haico-judge or [run] judge" in result.fix
 
 
-def _judge(catalogue: Path, hook: Any, lookup: Any = running) -> TurnJudge:
-    return TurnJudge("judge", catalogue=catalogue, hook=hook, lookup=lookup)
+def test_gate_judge_refuses_a_judge_whose_job_ended_and_passes_a_running_one(
+    catalogue: Path,
+) -> None:
+    register_judge(catalogue, port=8011, served_name="j", key="k")
+    stale = _judge(catalogue, lambda **_: None, lambda job_id: None).gate()
+    assert not stale.passed and "its job 41 has ended" in stale.detail
+    live = _judge(catalogue, lambda **_: None).gate()
+    assert live.passed and live.detail == "'judge' at http://127.0.0.1:8011/v1, job 41"
 
 
 def test_the_scorer_records_the_judges_identity_and_answer(catalogue: Path) -> None:
