@@ -24,7 +24,6 @@ import pwd
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,7 +47,7 @@ from pytest_haico.serve.catalogue import (
     read_entry,
     register,
 )
-from pytest_haico.serve.renewal import DRAIN_LIMIT_S, Renewal, is_idle, minutes
+from pytest_haico.serve.renewal import DRAIN_LIMIT_S, Renewal, drain, is_idle, minutes
 from pytest_haico.serve.submission import ModelJob, queue_successor
 from pytest_haico.slurm.client import SlurmError
 from pytest_haico.slurm.jobs import job_end_time
@@ -205,14 +204,14 @@ def _replaced_by(catalogue: Path, name: str, job_id: str) -> Callable[[], str | 
 
 def _drain(stop: threading.Event, orchestrator: Orchestrator, metrics: str, key: str) -> None:
     """Until the server runs no request, at most `DRAIN_LIMIT_S` (a signal ends it too)."""
-    deadline = time.monotonic() + DRAIN_LIMIT_S
-    while not is_idle(metrics, key):
-        if time.monotonic() > deadline:
-            _log.warning("drained: requests still running after %.0f s", DRAIN_LIMIT_S)
-            return
-        if stop.wait(POLL_S) or _died(orchestrator) is not None:
-            return
-    _log.info("drained: no request running")
+    outcome = drain(
+        lambda: is_idle(metrics, key),
+        ended=lambda: stop.wait(POLL_S) or _died(orchestrator) is not None,
+    )
+    if outcome == "limit":
+        _log.warning("drained: requests still running after %.0f s", DRAIN_LIMIT_S)
+    elif outcome == "idle":
+        _log.info("drained: no request running")
 
 
 def _job_key(job: SlurmJob) -> str:

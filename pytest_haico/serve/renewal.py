@@ -13,8 +13,11 @@ server runs no request, or after `DRAIN_LIMIT_S`, and leaves the entry to its su
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 import httpx
 
@@ -102,6 +105,20 @@ def plan_successor(*, started: datetime, time_min: int, renewal: Renewal) -> Suc
     eligible = started + timedelta(minutes=delay_min)
     left_min = int((renewal.until - eligible).total_seconds() // MINUTE)
     return Successor(delay_min=delay_min, time_min=min(time_min, left_min))
+
+
+def drain(
+    idle: Callable[[], bool], *, ended: Callable[[], bool], limit_s: float = DRAIN_LIMIT_S
+) -> Literal["idle", "limit", "ended"]:
+    """Wait until `idle()`, at most `limit_s`; `ended()` waits between two looks and says
+    whether the wait is over anyway (a signal, the server's death). What ended it."""
+    deadline = time.monotonic() + limit_s
+    while not idle():
+        if time.monotonic() > deadline:
+            return "limit"
+        if ended():
+            return "ended"
+    return "idle"
 
 
 def is_idle(metrics_url: str, api_key: str) -> bool:

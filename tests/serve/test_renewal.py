@@ -20,6 +20,7 @@ from pytest_haico.serve.job import _parser as job_parser
 from pytest_haico.serve.renewal import (
     Renewal,
     Successor,
+    drain,
     is_idle,
     plan_successor,
     resolve_renewal,
@@ -179,6 +180,20 @@ def test_a_replaced_server_is_idle_only_when_it_runs_and_queues_no_request(
     assert not is_idle(url, "key")
     texts.append("# HELP vllm:num_requests_running ...\n" + busy % 0 + waiting % 0)
     assert is_idle(url, "key")
+
+
+def test_a_drain_ends_when_idle_at_its_limit_or_when_it_is_ended() -> None:
+    looks: list[int] = []
+
+    def idle_at_third_look() -> bool:
+        looks.append(1)
+        return len(looks) >= 3
+
+    assert drain(idle_at_third_look, ended=lambda: False) == "idle" and len(looks) == 3
+    # Requests that never finish: the drain gives up at its limit (DRAIN_LIMIT_S in a job).
+    waits = threading.Event()
+    assert drain(lambda: False, ended=lambda: waits.wait(0.01), limit_s=0.05) == "limit"
+    assert drain(lambda: False, ended=lambda: True) == "ended"  # a signal, a dead server
 
 
 def test_a_job_queues_one_successor_unless_one_is_pending_already(
