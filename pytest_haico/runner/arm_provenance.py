@@ -88,7 +88,8 @@ class ArmProvenance:
                 "VLLM_PORT": str(ports.get("llm", "")),
                 "BACKEND_PORT": str(ports.get("backend", "")),
                 **({"PHOENIX_PORT": str(ports["phoenix"])} if "phoenix" in ports else {}),
-                "MODEL_ENDPOINT": stack.model_endpoint,
+                "MODEL_ENDPOINT": stack.model_endpoint,  # as the backend is given it
+                "MODEL_SERVER_URL": stack.llm_url,  # as haico reaches it (behind a relay)
             }
         )
         # The haico-owned configuration the backend was given (cluster profile; no secret).

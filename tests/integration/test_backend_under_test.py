@@ -110,6 +110,8 @@ def test_a_model_server_whose_host_does_not_say_vllm_is_reached_through_the_rela
     assert "127.0.0.1:" in (run / "logs" / "model-relay.log").read_text()
     config = (run / "run-config.env").read_text()
     assert re.search(r"^MODEL_ENDPOINT=http://vllm\.localhost:\d+/v1$", config, re.MULTILINE)
+    # Where the relay carries to (a served model's node otherwise in no run-config key).
+    assert f"\nMODEL_SERVER_URL={endpoint.removesuffix('/v1')}\n" in config
 
 
 @pytest.fixture
