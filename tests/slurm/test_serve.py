@@ -142,13 +142,14 @@ def test_usr1_and_a_crash_of_the_model_server_each_deregister(
     assert "llm (pid" in log and "ended with status" in log, log
 
 
-def test_a_requeued_model_job_registers_again_on_its_new_port(
+def test_a_requeued_model_job_registers_again_on_its_new_port_and_the_next_run_finds_it(
     project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     catalogue = _catalogue(project)
     job = _submit(capsys)
     first = _wait_registered(catalogue)
     first_key = first.api_key()
+    assert _campaign(project, "--haico-model", "standin").returncode == 0
     slurm_cluster.run("scontrol", "requeue", job, check=True)
     wait_for(
         lambda: not entry_path(catalogue, "standin").exists(),
@@ -164,6 +165,13 @@ def test_a_requeued_model_job_registers_again_on_its_new_port(
     assert key != first_key
     models = httpx.get(f"{again.endpoint}/models", headers={"Authorization": f"Bearer {key}"})
     assert models.status_code == 200
+    # The next run (of a new item) resolves the new place.
+    (project / "experiments" / "scripts" / "more.yaml").write_text("id: more\nturns: [user: Hi]\n")
+    run = _campaign(project, "--haico-model", "standin")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert [r["verdict"] for r in _records(project)] == ["completed"] * 3
+    served = [g for g in _gates(project) if g["name"] == "served_model"]
+    assert served and f":{again.entry.port}/v1, job {job}" in served[0]["detail"], served
 
 
 def test_an_entry_left_by_a_killed_job_is_stale_by_its_state_and_stop_removes_it(
@@ -298,12 +306,13 @@ def test_a_model_job_that_ends_mid_campaign_ends_its_conversations_as_infra_75(
 
 
 def _gates(project: Path) -> list[dict[str, Any]]:
-    """The gates of the project's run (one run), as gates.json has them so far."""
+    """The gates of the project's newest run, as gates.json has them so far."""
     found = list(_results(project).glob("default/standin/runs/*/gates.json"))
     if not found:
         return []
     try:
-        gates: list[dict[str, Any]] = json.loads(found[0].read_text())["gates"]
+        newest = max(found, key=lambda path: path.stat().st_mtime)
+        gates: list[dict[str, Any]] = json.loads(newest.read_text())["gates"]
     except ValueError:
         return []
     return gates
