@@ -142,6 +142,24 @@ def test_usr1_and_a_crash_of_the_model_server_each_deregister(
     assert "llm (pid" in log and "ended with status" in log, log
 
 
+def test_a_model_job_deregisters_at_slurms_warning_before_its_time_limit(
+    project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --time 1: Slurm's USR1, asked 60 s before the end (--signal=B:USR1@60), comes at its
+    # first look at the job's time (every 30 s): the job ends before its limit, no TIMEOUT.
+    catalogue = _catalogue(project)
+    status, out = _serve(capsys, "standin", "--profile", "local", "--time", "1")
+    assert status == 0, out
+    job = _job_id(out)
+    _wait_registered(catalogue)
+    slurm_cluster.wait_ended(job, timeout=120)
+    fields = slurm_cluster.job_fields(job)
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), fields
+    assert not entry_path(catalogue, "standin").exists()
+    log = (catalogue / "logs" / f"standin.{job}.out").read_text()
+    assert "deregistered standin" in log and "stopped (SIGUSR1)" in log, log
+
+
 def test_a_requeued_model_job_registers_again_on_its_new_port_and_the_next_run_finds_it(
     project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
