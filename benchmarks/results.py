@@ -16,6 +16,11 @@ Targets: `load_results` under 2 s (the call: the caller keeps what it returns, s
 it is not in the figure); `haico report` (terminal) under 3 s as a fresh `haico` process,
 what a user runs. In-process (`main(["report", ...])`) is shown too: there the records are
 also freed (the command's own process exits without freeing them). Reported, never asserted.
+
+Memory: the peak RSS of a fresh process (its VmHWM: getrusage would count the memory of
+this process, which it was forked from) that loads every record,
+that streams (`newest_only=True` with the terminal report's `fields`), and of `haico
+report`, against a process that only imports the results API.
 """
 
 from __future__ import annotations
@@ -229,6 +234,7 @@ def main() -> None:
         except ImportError:
             print("  (pandas is not installed: frame() not measured)")
         figures = {name: median_s(args.repeats, action) for name, action in cases.items()}
+        peaks = peak_memory(campaign)
         print(
             f"{len(results.records):,} records ({size:.0f} MB, {len(files)} ledgers, "
             f"{len(results.newest()):,} items, {len(results.orphans)} orphans, "
@@ -246,6 +252,40 @@ def main() -> None:
                 met = f"met, {target / wall:.1f}x headroom" if wall < target else "NOT met"
                 line += f"; target under {target:.0f} s: {met}; {wall / floor:.2f}x json"
             print(line)
+        base = peaks.pop("import only")
+        print(f"peak RSS of a fresh process (import only: {base:.0f} MB):")
+        for name, peak in peaks.items():
+            print(f"  {name}: {peak:.0f} MB ({peak / base:.1f}x import only)")
+
+
+def peak_memory(campaign: Path) -> dict[str, float]:
+    """Peak RSS in MB of a fresh Python process for each way of reading `campaign`."""
+    load = "from pytest_haico.results import load_results; import sys; "
+    scripts = {
+        "import only": load.rstrip("; "),
+        "load_results, every record": f"{load}r = load_results(sys.argv[1])",
+        "load_results, newest_only + the report's fields": (
+            f"{load}from pytest_haico.report.data import REPORT_FIELDS; "
+            "r = load_results(sys.argv[1], newest_only=True, fields=REPORT_FIELDS)"
+        ),
+        "haico report": (
+            "import sys; from pytest_haico.cli.main import main; main(['report', sys.argv[1]])"
+        ),
+    }
+    peaks = {}
+    for name, script in scripts.items():
+        # The child's own high-water mark, printed to stderr last.
+        status = "\nprint(open('/proc/self/status').read(), file=sys.stderr)"
+        child = subprocess.run(
+            [sys.executable, "-c", script + status, str(campaign)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
+        (line,) = [x for x in child.stderr.splitlines() if x.startswith("VmHWM:")]
+        peaks[name] = int(line.split()[1]) / 1024  # kB
+    return peaks
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any
 from pytest_haico.durations import format_duration
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
-from pytest_haico.results import RERUN, RETRY, Record, Results
+from pytest_haico.results import RERUN, RETRY, Attempt, Record, Results
 
 # The order verdicts are shown in: the good, the model's failures, then the infra's.
 VERDICT_ORDER = (
@@ -126,20 +126,24 @@ class Report:
     recorded_adaptations: bool
 
 
+# What `build_report` reads of a newest record beyond `pytest_haico.results.RECORD_FIELDS`.
+REPORT_FIELDS = ("adaptations", "turns.tokens_in", "turns.tokens_out")
+
+
 def build_report(results: Results) -> Report:
     """The figures of every arm × stratum and every run (its loops are the report's cost
     for 100,000 records: they read the records' data directly)."""
     newest = results.newest()
     cells: dict[tuple[str, str], Cell] = {}
-    for record, kind in zip(results.records, results.attempt_kinds(), strict=True):
-        key = (record.arm, _stratum(record.data))
+    for attempt, kind in zip(results.attempts, results.attempt_kinds(), strict=True):
+        key = (attempt.arm, attempt.stratum)
         cell = cells.get(key) or cells.setdefault(key, Cell(*key))
         cell.retries += kind == RETRY
         cell.reruns += kind == RERUN
     recorded = False
     for record in newest:
         data = record.data
-        cell = cells[(record.arm, _stratum(data))]
+        cell = cells[(record.arm, record.stratum)]
         cell.items += 1
         verdict = data["verdict"]
         cell.verdicts[verdict] = cell.verdicts.get(verdict, 0) + 1
@@ -157,26 +161,19 @@ def build_report(results: Results) -> Report:
         if adaptations is not None:
             recorded = True
             cell.adaptations += len(adaptations) if isinstance(adaptations, list) else 1
-    runs = list(_runs(results.records))
+    runs = list(_runs(results.attempts))
     ordered = [cells[key] for key in sorted(cells)]
     return Report(results, ordered, runs, newest, recorded)
 
 
-def _stratum(data: dict[str, Any]) -> str:
-    """As `Record.stratum`."""
-    stratum = data.get("stratum", "")
-    return stratum if type(stratum) is str else str(stratum)
-
-
-def _runs(records: Iterable[Record]) -> Iterable[RunInfo]:
+def _runs(attempts: Iterable[Attempt]) -> Iterable[RunInfo]:
     first: dict[tuple[Path, str], str] = {}
     counts: Counter[tuple[Path, str]] = Counter()
-    for record in records:
-        data = record.data
-        key = (record.arm_dir, data["run_id"])
+    for attempt in attempts:
+        key = (attempt.arm_dir, attempt.run_id)
         counts[key] += 1
-        started = data.get("started_at")
-        if type(started) is str and started and (key not in first or started < first[key]):
+        started = attempt.started_at
+        if started is not None and (key not in first or started < first[key]):
             first[key] = started
     for key in counts:
         first.setdefault(key, "")

@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from pytest_haico.report.data import Report, build_report, count, seconds
+from pytest_haico.report.data import REPORT_FIELDS, Report, build_report, count, seconds
 from pytest_haico.results import load_results
 
 Say = Callable[[str], None]
@@ -44,7 +44,7 @@ def report_lines(report: Report) -> Iterator[str]:
     """The terminal report, line by line."""
     results = report.results
     yield (
-        f"{results.path}: {len(report.newest):,} items, {len(results.records):,} records, "
+        f"{results.path}: {len(report.newest):,} items, {len(results.attempts):,} records, "
         f"{len({(r.arm, r.run_id) for r in report.runs}):,} runs"
     )
     rows: list[tuple[str, ...]] = [_HEAD]
@@ -152,7 +152,12 @@ def print_report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> R
         from pytest_haico.report.html import check_plotting
 
         check_plotting()  # before the slow part: say what to install at once
-    results = load_results(campaign, warn=None)
+    # The terminal report needs of each item's newest record only what `build_report`
+    # reads: the rest is streamed (the HTML report's plots and transcripts need it all).
+    if html is None:
+        results = load_results(campaign, warn=None, newest_only=True, fields=REPORT_FIELDS)
+    else:
+        results = load_results(campaign, warn=None)
     for message in results.warnings[:5]:
         warn(f"ledger warning: {message}")
     if len(results.warnings) > 5:

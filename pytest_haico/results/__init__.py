@@ -9,7 +9,10 @@
 
     results.records        # every attempt, in ledger order (runs by name, lines as written)
     results.newest()       # each item's newest record: the one resume decides on
+    results.attempts       # per record: what counting needs (arm, item_id, run_id, verdict...)
     results.attempt_kinds()  # per record: "first", "retry" (after an owed attempt), "rerun"
+    load_results("results/default", newest_only=True)  # streams: records = newest() only,
+                           # attempts still of every record: memory grows with the items
     results.orphans        # transcripts of attempts with no record (killed mid-item)
     results.warnings       # every line skipped, with file and line
     results.transcript(r)  # a record's transcript events, turn by turn
@@ -52,8 +55,10 @@ from pytest_haico.results.frame import expectation_failed, parse_identity, summa
 from pytest_haico.results.reader import SCHEMAS, load_results
 from pytest_haico.results.records import (
     FIRST,
+    RECORD_FIELDS,
     RERUN,
     RETRY,
+    Attempt,
     MissingExtraError,
     NoRecordsError,
     NotResultsError,
@@ -68,9 +73,11 @@ from pytest_haico.results.records import (
 
 __all__ = [
     "FIRST",
+    "RECORD_FIELDS",
     "RERUN",
     "RETRY",
     "SCHEMAS",
+    "Attempt",
     "MissingExtraError",
     "NoRecordsError",
     "NotResultsError",

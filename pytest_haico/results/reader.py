@@ -4,8 +4,9 @@ reader, warnings for the lines skipped, orphan transcripts."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from pytest_haico.ledger.format import (
     READABLE_SCHEMAS,
@@ -14,6 +15,8 @@ from pytest_haico.ledger.format import (
     iter_ledger,
 )
 from pytest_haico.results.records import (
+    RECORD_FIELDS,
+    Attempt,
     NoRecordsError,
     NotResultsError,
     Orphan,
@@ -32,12 +35,19 @@ def load_results(
     *,
     run: str | None = None,
     warn: Warn | None = None,
+    newest_only: bool = False,
+    fields: Collection[str] | None = None,
 ) -> Results:
     """Read a campaign, an arm or a run (see the module's docstring) into `Results`.
 
     `run` keeps only that run's records and orphans. Skipped lines are kept in
-    `Results.warnings` and also passed to `warn` when given. Raises `NotResultsError`
-    for a path that is none of these, `NoRecordsError` when there is no record.
+    `Results.warnings` and also passed to `warn` when given. `newest_only` streams: it
+    keeps each item's newest `Record` (`records` is `newest()`), and of the others only
+    their `Attempt` (a few strings each), so memory grows with the items, not with the
+    attempts. `fields` (with `newest_only`) keeps of each newest record only what the
+    properties of `Record` read and these keys (`turns.<key>`: that key of each turn).
+    Raises `NotResultsError` for a path that is none of these, `NoRecordsError` when
+    there is no record.
     """
     where = Path(path).expanduser().absolute()
     arms, run = _resolve(where, run)
@@ -49,12 +59,23 @@ def load_results(
             warn(message)
 
     records: list[Record] = []
+    attempts: list[Attempt] = []
     orphans: list[Orphan] = []
     with paused_gc():
         for arm_dir in arms:
-            arm_records = list(_read_arm(arm_dir, run, collect))
-            records += arm_records
-            orphans += _orphans(arm_dir, arm_records, run)
+            read = _read_arm(arm_dir, run, collect)
+            if newest_only:
+                arm_attempts: list[Attempt] = []
+                records += _newest(read, arm_attempts, _slimmer(fields))
+                attempts += arm_attempts
+                ids = [(a.item_id, a.run_id, a.attempt) for a in arm_attempts]
+            else:
+                arm_records = list(read)
+                records += arm_records
+                ids = [
+                    (r.data["item_id"], r.data["run_id"], r.data["attempt"]) for r in arm_records
+                ]
+            orphans += _orphans(arm_dir, ids, run)
     if not records:
         what = f"run {run} under {where}" if run else str(where)
         raise NoRecordsError(
@@ -62,7 +83,48 @@ def load_results(
             "(pytest experiments --haico-campaign <name>), or give another path"
             + (f"; {len(warnings)} line(s) skipped, first: {warnings[0]}" if warnings else "")
         )
-    return Results(where, records, orphans, warnings)
+    if not newest_only:
+        return Results(where, records, orphans, warnings)
+    return Results(where, records, orphans, warnings, newest_only=True, read_attempts=attempts)
+
+
+def _newest(
+    records: Iterable[Record],
+    attempts: list[Attempt],
+    slim: Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> list[Record]:
+    """Each item's newest of `records` (newest()'s rule), in ledger order, its data made
+    `slim`; the `Attempt` of every one appended to `attempts`, the rest let go as read."""
+    newest: dict[str, tuple[int, Record]] = {}
+    for order, record in enumerate(records):
+        attempts.append(Attempt.of(record))
+        data = record.data
+        known = newest.get(data["item_id"])
+        if known is None or data["finished_at"] >= known[1].data["finished_at"]:
+            if slim is not None:
+                record.data = slim(data)
+            newest[data["item_id"]] = (order, record)
+    return [record for _, record in sorted(newest.values(), key=lambda pair: pair[0])]
+
+
+def _slimmer(fields: Collection[str] | None) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """What keeps of a record's data `RECORD_FIELDS` and `fields` (None: keep it all)."""
+    if fields is None:
+        return None
+    keep = RECORD_FIELDS + tuple(f for f in fields if "." not in f)
+    turn_keys = tuple(f.removeprefix("turns.") for f in fields if f.startswith("turns."))
+
+    def slim(data: dict[str, Any]) -> dict[str, Any]:
+        kept = {key: data[key] for key in keep if key in data}
+        turns = data.get("turns")
+        if turn_keys and type(turns) is list:
+            kept["turns"] = [
+                {key: turn[key] for key in turn_keys if key in turn} if type(turn) is dict else {}
+                for turn in turns
+            ]
+        return kept
+
+    return slim
 
 
 def _resolve(where: Path, run: str | None) -> tuple[list[Path], str | None]:
@@ -135,15 +197,16 @@ def _read_ledger(path: Path, arm_dir: Path, warn: Warn) -> list[Record]:
     return records
 
 
-def _orphans(arm_dir: Path, records: Sequence[Record], run: str | None) -> list[Orphan]:
-    """Transcripts `<item_id>.<run_id>.<attempt>.jsonl` of attempts without a record."""
+def _orphans(
+    arm_dir: Path, recorded_ids: Iterable[tuple[str, str, int]], run: str | None
+) -> list[Orphan]:
+    """Transcripts `<item_id>.<run_id>.<attempt>.jsonl` of attempts without a record
+    (`recorded_ids`: the arm's records' item_id, run_id and attempt)."""
     try:
         names = [e.name for e in os.scandir(arm_dir / "transcripts")]
     except OSError:
         return []
-    recorded = {
-        f"{r.data['item_id']}.{r.data['run_id']}.{r.data['attempt']}.jsonl" for r in records
-    }
+    recorded = {f"{item}.{run_id}.{attempt}.jsonl" for item, run_id, attempt in recorded_ids}
     orphans = []
     for name in sorted(set(names) - recorded):
         item_id, _, rest = name.partition(".")

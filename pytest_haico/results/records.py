@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.verdicts import Verdict
@@ -70,11 +70,29 @@ def require(module: str, extra: str, what: str) -> Any:
         ) from None
 
 
+# The keys of a record's data that `Record`'s properties and `Attempt` read.
+RECORD_FIELDS = (
+    "schema",
+    "arm",
+    "item_id",
+    "run_id",
+    "attempt",
+    "verdict",
+    "started_at",
+    "finished_at",
+    "duration_s",
+    "stratum",
+    "script",
+    "repeat",
+)
+
+
 class Record:
     """One ledger line (an item attempt) as written, and where it was read.
 
-    `data` is the record's JSON object (schema 1 or 2); the properties read its
-    common fields.
+    `data` is the record's JSON object (schema 1 or 2), or its `RECORD_FIELDS` and the
+    fields a caller of `load_results(..., newest_only=True, fields=...)` asked for; the
+    properties read its common fields.
     """
 
     __slots__ = ("arm", "arm_dir", "data", "line", "path")
@@ -155,14 +173,57 @@ class Orphan:
     attempt: int
 
 
+class Attempt(NamedTuple):
+    """What counting needs of one record (a few strings): kept of every record read, also
+    when `load_results(..., newest_only=True)` keeps only each item's newest `Record`."""
+
+    arm: str
+    arm_dir: Path
+    item_id: str
+    run_id: str
+    attempt: int
+    stratum: str
+    verdict: str
+    started_at: str | None
+    finished_at: str
+
+    @classmethod
+    def of(cls, record: Record) -> Attempt:
+        data = record.data
+        started = data.get("started_at")
+        return cls(
+            record.arm,
+            record.arm_dir,
+            data["item_id"],
+            data["run_id"],
+            data["attempt"],
+            record.stratum,
+            data["verdict"],
+            started if type(started) is str and started else None,
+            data["finished_at"],
+        )
+
+
 @dataclass
 class Results:
-    """What `load_results` read: every record, the orphan transcripts, the warnings."""
+    """What `load_results` read: the records (every one, or each item's newest), what
+    counting needs of every record read (`attempts`), the orphan transcripts, the
+    warnings."""
 
     path: Path
     records: list[Record]
     orphans: list[Orphan] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    newest_only: bool = False  # `records` holds each item's newest only
+    # With newest_only, the attempts of every record read (else made from `records`).
+    read_attempts: list[Attempt] | None = field(default=None, repr=False)
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """What counting needs of every record read, in ledger order."""
+        if self.read_attempts is None:
+            self.read_attempts = [Attempt.of(record) for record in self.records]
+        return self.read_attempts
 
     def newest(self) -> list[Record]:
         """Each item's newest record (by arm and item_id), in ledger order.
@@ -181,21 +242,22 @@ class Results:
         return [record for record in self.records if id(record) in keep]
 
     def attempt_kinds(self) -> list[str]:
-        """What each record (in `records`' order) is to its item (by arm and item_id):
-        `FIRST`, its first record; `RETRY`, an attempt after one the ledger left owed
-        (infra_error, rate_limited, interrupted: resume runs it again, in the same run or a
-        later one); `RERUN`, a record after a done one (a deliberate rerun:
-        --haico-no-resume). "After" is the order `newest` decides by: `finished_at`, then
-        the line."""
-        kinds = [FIRST] * len(self.records)
-        order = sorted(range(len(self.records)), key=lambda i: self.records[i].data["finished_at"])
-        before: dict[tuple[str, str], object] = {}
+        """What each record read (in `attempts`' order, `records`' unless only the newest
+        were kept) is to its item (by arm and item_id): `FIRST`, its first record; `RETRY`,
+        an attempt after one the ledger left owed (infra_error, rate_limited, interrupted:
+        resume runs it again, in the same run or a later one); `RERUN`, a record after a
+        done one (a deliberate rerun: --haico-no-resume). "After" is the order `newest`
+        decides by: `finished_at`, then the line."""
+        attempts = self.attempts
+        kinds = [FIRST] * len(attempts)
+        order = sorted(range(len(attempts)), key=lambda i: attempts[i].finished_at)
+        before: dict[tuple[str, str], str] = {}
         for index in order:
-            record = self.records[index]
-            key = (record.arm, record.data["item_id"])
+            attempt = attempts[index]
+            key = (attempt.arm, attempt.item_id)
             if key in before:
                 kinds[index] = RETRY if before[key] in _OWED else RERUN
-            before[key] = record.data.get("verdict")
+            before[key] = attempt.verdict
         return kinds
 
     def transcript(self, record: Record) -> list[dict[str, Any]]:
@@ -231,6 +293,7 @@ class Results:
         """One row per record (per item with `newest`), nested fields flattened."""
         from pytest_haico.results.frame import records_frame
 
+        self._every_record("frame()")
         return records_frame(self, newest=newest)
 
     def turns_frame(self, *, newest: bool = False) -> pandas.DataFrame:
@@ -238,4 +301,13 @@ class Results:
         item_id, then the turn's own fields (nested ones flattened)."""
         from pytest_haico.results.frame import turns_frame
 
+        if not newest:
+            self._every_record("turns_frame()")
         return turns_frame(self, newest=newest)
+
+    def _every_record(self, what: str) -> None:
+        if self.newest_only:
+            raise ResultsReadError(
+                f"{what} needs every record, and {self.path} was loaded with "
+                "newest_only=True: load it with load_results(path)"
+            )

@@ -13,9 +13,11 @@ import pytest
 from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.results import (
+    RECORD_FIELDS,
     MissingExtraError,
     NoRecordsError,
     NotResultsError,
+    ResultsReadError,
     TranscriptMissingError,
     load_results,
     parse_identity,
@@ -88,6 +90,26 @@ def test_newest_keeps_the_record_resume_decides_on(campaign_dir: Path) -> None:
     for r in newest:
         prior = index.get(r.item_id)
         assert prior is not None and (prior.attempt, prior.verdict) == (r.attempt, r.verdict)
+
+
+def test_newest_only_streams_each_items_newest_and_counts_every_attempt(
+    campaign_dir: Path,
+) -> None:
+    every = load_results(campaign_dir)
+    streamed = load_results(campaign_dir, newest_only=True, fields=("turns.tokens_in",))
+    assert [(r.arm, r.script, r.attempt) for r in streamed.records] == [
+        (r.arm, r.script, r.attempt) for r in every.newest()
+    ]
+    assert streamed.newest() == streamed.records
+    assert streamed.attempts == every.attempts and len(every.attempts) == len(every.records)
+    assert streamed.attempt_kinds() == every.attempt_kinds() == ["first"] * 3 + ["retry", "first"]
+    assert (streamed.orphans, streamed.warnings) == (every.orphans, every.warnings)
+    # Of a kept record: what Record reads and the fields asked for, nothing else.
+    kept = streamed.records[0].data
+    assert set(kept) == set(RECORD_FIELDS) | {"turns"}
+    assert kept["turns"] == [{"tokens_in": t["tokens_in"]} for t in every.records[0].turns]
+    with pytest.raises(ResultsReadError, match=r"frame\(\) needs every record"):
+        streamed.frame()
 
 
 def test_a_transcript_without_its_attempts_record_is_an_orphan(campaign_dir: Path) -> None:
