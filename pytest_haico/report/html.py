@@ -228,7 +228,9 @@ def render_html(report: Report) -> str:
     """The page, as text."""
     results = report.results
     allocations = read_allocations(report.runs)
-    name = results.path.name
+    # The campaign its records name (an arm's or a run's directory is named otherwise).
+    campaigns = {str(r.data.get("campaign") or "") for r in report.newest}
+    name = campaigns.pop() if len(campaigns) == 1 and "" not in campaigns else results.path.name
     failed = sum(1 for r in report.newest if r.verdict != Verdict.COMPLETED)
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

@@ -142,6 +142,9 @@ def test_the_page_is_titled_by_the_campaign_spans_the_width_and_opens_on_the_sum
 ) -> None:
     text, page = _render(campaign, tmp_path)
     assert "<title>c</title>" in text and "<h1>c</h1>" in text
+    # An arm's page is titled by its campaign too (the records name it).
+    assert main(["report", str(campaign / "demo"), "--html", str(tmp_path / "arm.html")]) == 0
+    assert "<title>c</title>" in (tmp_path / "arm.html").read_text()
     assert "max-width" not in text
     assert page.sections == list(SECTIONS)
     # Pass rate per arm × stratum, lowest first: other 4/6, demo default 6/7, demo long 4/4.
