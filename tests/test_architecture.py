@@ -32,7 +32,16 @@ ALLOWED: dict[str, set[str]] = {
     # cost model and the command line read campaigns with. It reads the ledgers through
     # the ledger's format (neither imports pydantic: the report's start-up depends on it).
     "results": {"config", "ledger.format", "ledger.verdicts"},
-    "report": {"config", "ledger.format", "ledger.verdicts", "results", "slurm"},
+    # It reads each run's timeline.json and model-metrics.csv through their owners.
+    "report": {
+        "config",
+        "ledger.format",
+        "ledger.verdicts",
+        "ledger.timeline",
+        "ledger.model_metrics",
+        "results",
+        "slurm",
+    },
     # A submission sizes its arrays with the cost model.
     "submit": {"config", "ledger", "results", "report", "slurm"},
     "kept": {"config", "ledger", "stack", "provenance", "slurm"},

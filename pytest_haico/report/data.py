@@ -114,6 +114,7 @@ class RunInfo:
     startup_s: float | None
     config: dict[str, str]
     adaptations: list[str]
+    run_dir: Path
 
 
 @dataclass
@@ -187,8 +188,33 @@ def _runs(attempts: Iterable[Attempt]) -> Iterable[RunInfo]:
             if "ADAPT" in key and value not in ("", "[]", "none")
         ]
         yield RunInfo(
-            arm_dir.name, run_id, count, run_startup_s(run_dir, started), config, adaptations
+            arm_dir.name,
+            run_id,
+            count,
+            run_startup_s(run_dir, started),
+            config,
+            adaptations,
+            run_dir,
         )
+
+
+def factored_provenance(runs: list[RunInfo]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The provenance values every run shares (shown once; none for a single run), and
+    each run's values besides those, in `PROVENANCE_KEYS` order."""
+    configs = [run.config for run in runs if run.config]
+    shared = {
+        key: configs[0][key]
+        for key in PROVENANCE_KEYS
+        if len(runs) > 1
+        and configs
+        and key in configs[0]
+        and all(config.get(key) == configs[0].get(key) for config in configs)
+    }
+    own = [
+        {k: run.config[k] for k in PROVENANCE_KEYS if k in run.config and k not in shared}
+        for run in runs
+    ]
+    return shared, own
 
 
 def read_run_config(run_dir: Path) -> dict[str, str]:

@@ -8,7 +8,15 @@ import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from pytest_haico.report.data import REPORT_FIELDS, Report, build_report, count, seconds
+from pytest_haico.report.allocation import allocation_lines
+from pytest_haico.report.data import (
+    REPORT_FIELDS,
+    Report,
+    build_report,
+    count,
+    factored_provenance,
+    seconds,
+)
 from pytest_haico.results import load_results
 
 Say = Callable[[str], None]
@@ -74,6 +82,7 @@ def report_lines(report: Report) -> Iterator[str]:
     )
     yield ""
     yield from _startup_lines(report)
+    yield from allocation_lines(report.runs)
     yield from _adaptation_lines(report)
     yield ""
     yield from _provenance_lines(report)
@@ -117,28 +126,15 @@ def _adaptation_lines(report: Report) -> Iterator[str]:
 
 
 def _provenance_lines(report: Report) -> Iterator[str]:
-    from pytest_haico.report.data import PROVENANCE_KEYS
-
     yield "runs (provenance from runs/<run_id>/run-config.json):"
-    configs = [run.config for run in report.runs if run.config]
-    # Values every run shares are shown once; each run's line shows what differs.
-    shared = {
-        key: configs[0][key]
-        for key in PROVENANCE_KEYS
-        if configs
-        and all(config.get(key) == configs[0].get(key) for config in configs)
-        and key in configs[0]
-    }
-    if shared and len(report.runs) > 1:
+    shared, own = factored_provenance(report.runs)
+    if shared:
         yield "  in every run-config: " + "; ".join(
             f"{key}={value}" for key, value in shared.items()
         )
-    for run in report.runs:
-        keys = [k for k in PROVENANCE_KEYS if k in run.config]
-        if len(report.runs) > 1:
-            keys = [k for k in keys if k not in shared]
-        values = [f"{key}={run.config[key]}" for key in keys]
-        shown = "; ".join(values) if values else ("no run-config.json" if not run.config else "")
+    for run, values in zip(report.runs, own, strict=True):
+        text = "; ".join(f"{key}={value}" for key, value in values.items())
+        shown = text or ("no run-config.json" if not run.config else "")
         yield (
             f"  {run.arm} {run.run_id}: {run.records:,} records, start-up "
             f"{seconds(run.startup_s)}" + (f"; {shown}" if shown else "")

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_haico.runner.model_metrics import Sample
+from pytest_haico.ledger.model_metrics import Sample
 
 KV_FULL = 0.9  # vLLM preempts (recomputes) requests as its KV cache fills: back off before
 

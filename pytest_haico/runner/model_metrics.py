@@ -1,30 +1,28 @@
 """The model's own utilisation, sampled from its `/metrics` (vLLM's names; the stand-in
-exposes the same) into `runs/<run_id>/model-metrics.csv`, and the summary of it: the share of
-conversing time the model had nothing running while items remained, and the bottleneck.
+exposes the same) into `runs/<run_id>/model-metrics.csv` (its format: `ledger.model_metrics`),
+and the summary of it: the share of conversing time the model had nothing running while
+items remained, and the bottleneck.
 
 The interval is 1 s: fine enough to resolve idle shares of multi-minute runs to about a
 percent, and cheap (one loopback GET and a /proc read per second, well under 1% of a core)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from pytest_haico.files import DEFAULT_FILE_MODE, append_line
+from pytest_haico.ledger.model_metrics import COLUMNS, Sample, csv_line
 from pytest_haico.procfs import read_proc_stat
 from pytest_haico.provenance.model_server import parse_metrics as parse_prometheus
 
 INTERVAL_S = 1.0
-FILE_NAME = "model-metrics.csv"
 NAMES = {
     "vllm:num_requests_running": "running",
     "vllm:num_requests_waiting": "waiting",
@@ -34,23 +32,6 @@ NAMES = {
 }
 IDLE_LIMIT = 0.10  # idle more than this share of conversing time with items queued: say why
 BUSY_CORE = 0.8  # a process using this share of a core or more is the bottleneck
-
-
-@dataclass(frozen=True)
-class Sample:
-    t_s: float
-    running: float | None
-    waiting: float | None
-    kv_cache_usage: float | None
-    prompt_tokens: float | None
-    generation_tokens: float | None
-    in_flight: int
-    queued: int
-    backend_cpu_s: float | None
-    client_cpu_s: float
-
-
-COLUMNS = tuple(f.name for f in fields(Sample))
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -68,40 +49,6 @@ def cpu_seconds(pid: int | None) -> float | None:
     if stat is None:
         return None
     return (stat.cpu_ticks + stat.children_cpu_ticks) / os.sysconf("SC_CLK_TCK")
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3f}".rstrip("0").rstrip(".")
-    return str(value)
-
-
-def csv_line(sample: Sample) -> bytes:
-    return (",".join(_fmt(v) for v in astuple(sample)) + "\n").encode()
-
-
-def read_csv(text: str) -> list[Sample]:
-    def num(raw: str) -> float | None:
-        return float(raw) if raw else None
-
-    rows = list(csv.DictReader(io.StringIO(text)))
-    return [
-        Sample(
-            t_s=float(r["t_s"]),
-            running=num(r["running"]),
-            waiting=num(r["waiting"]),
-            kv_cache_usage=num(r["kv_cache_usage"]),
-            prompt_tokens=num(r["prompt_tokens"]),
-            generation_tokens=num(r["generation_tokens"]),
-            in_flight=int(r["in_flight"]),
-            queued=int(r["queued"]),
-            backend_cpu_s=num(r["backend_cpu_s"]),
-            client_cpu_s=float(r["client_cpu_s"]),
-        )
-        for r in rows
-    ]
 
 
 def summarise(samples: Iterable[Sample], *, cap: int) -> dict[str, Any]:

@@ -10,11 +10,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_haico.ledger.model_metrics import FILE_NAME, Sample
 from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.ledger.timeline import Timeline, job_section, shares_line
 from pytest_haico.runner.adaptive import AdaptiveConcurrency
 from pytest_haico.runner.adaptive import summary_line as adaptive_line
-from pytest_haico.runner.model_metrics import FILE_NAME, Sample, Sampler, summarise, summary_line
+from pytest_haico.runner.model_metrics import Sampler, summarise, summary_line
 
 if TYPE_CHECKING:
     from pytest_haico.ledger.records import LedgerRecord

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 
-from pytest_haico.runner.model_metrics import COLUMNS
+from pytest_haico.ledger.model_metrics import COLUMNS
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
 

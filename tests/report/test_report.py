@@ -132,15 +132,19 @@ def test_a_bad_campaign_path_is_one_line_and_exit_2(
         assert err.startswith(f"haico: {tmp_path / where} does not exist: give ")
 
 
-def test_the_html_report_of_a_written_campaign_links_failed_items(
+def test_the_html_report_of_a_written_campaign_links_every_item_failures_first(
     campaign_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib", reason="the report extra is not installed")
     page = campaign_dir / "r.html"
     assert main(["report", str(campaign_dir), "--html", str(page)]) == 0
     text = page.read_text()
-    assert text.count('<article id="item-') == 2  # recursion_limit and gave_up
-    assert 'href="#item-0"' in text and 'href="#item-1"' in text
+    assert text.count('<details id="item-') == 4
+    assert all(f'href="#item-{i}"' in text for i in range(4))
+    # The two failures (recursion_limit b, gave_up c) come first.
+    opening = '<details id="item-{}" data-arm="demo" data-stratum="default" data-verdict="{}">'
+    assert opening.format(0, "recursion_limit") in text
+    assert opening.format(1, "gave_up") in text
 
 
 def test_the_haico_process_prints_the_report_and_stops_quietly_for_a_closed_pipe(

@@ -1,6 +1,8 @@
 """`haico report --html` of a campaign the stand-ins really ran, rendered in headless
 Chromium (Debian's `chromium`, which `.ci/run` installs): the screenshot is not blank and
-the page has its sections, each failed item linked to its transcript."""
+the page has its sections, every item linked to its transcript (the inline script opens the
+one an address names), plots as small multiples of one series, and its first screen spans
+the width of a wide window. `HAICO_SCREENSHOT=FILE` keeps the screenshot (the README's)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from pytest_haico.report.html import SECTIONS
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# A wide window's first screen: the page must use its width (the old one stopped at 1100 px).
+WIDTH, HEIGHT = 1600, 900
 SCRIPTS = [
     {"id": "greet", "repeats": 3, "turns": [{"user": "Hello there."}]},
     {
@@ -34,7 +38,7 @@ SCRIPTS = [
 
 
 class Page(HTMLParser):
-    """Ids, links and resource URLs of a page."""
+    """Ids, links, resource URLs and, per section, the series of each plot panel."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,12 +46,18 @@ class Page(HTMLParser):
         self.links: list[str] = []
         self.sources: list[str] = []
         self.tags: dict[str, int] = {}
+        self.panels: dict[str, list[str]] = {}
+        self._section = ""
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
         self.tags[tag] = self.tags.get(tag, 0) + 1
         if values.get("id"):
             self.ids.append(str(values["id"]))
+        if tag == "section":
+            self._section = str(values["id"])
+        if tag == "figure":
+            self.panels.setdefault(self._section, []).append(str(values["data-series"]))
         if tag == "a" and values.get("href"):
             self.links.append(str(values["href"]))
         if values.get("src"):
@@ -81,47 +91,56 @@ def test_the_html_report_renders_its_sections_in_chromium(
     parsed = Page()
     parsed.feed(text)
     assert [i for i in parsed.ids if i in SECTIONS] == list(SECTIONS)
-    # Two failed items, each linked from the summary to its section with the transcript.
-    failed = [i for i in parsed.ids if i.startswith("item-")]
-    assert failed == ["item-0", "item-1"]
-    assert sorted(link for link in parsed.links if link.startswith("#item-")) == [
-        "#item-0",
-        "#item-1",
-    ]
-    assert text.count("<h4>turn 1</h4>") == 2 and "<b>user:</b> Say hi." in text
-    assert "expectation_failed" in text
-    # Self-contained: three plots inline, nothing fetched from anywhere.
-    assert parsed.tags["img"] == 3
+    # Every item links to its transcript; the two failed ones come first.
+    items = [i for i in parsed.ids if i.startswith("item-")]
+    assert items == [f"item-{i}" for i in range(6)]
+    assert {link[1:] for link in parsed.links if link.startswith("#item-")} == set(items)
+    assert text.count('data-verdict="expectation_failed"><summary>') == 2
+    assert '<details id="item-1" data-arm="demo" data-stratum="default" ' in text
+    assert text.count("<h4>turn 1</h4>") == 6 and "<b>user:</b> Say hi." in text
+    # Small multiples: one image per panel, a panel for the one stratum with enough items.
+    assert parsed.panels["distributions"] == ["demo × default"]
+    assert parsed.tags["img"] == sum(len(p) for p in parsed.panels.values())
+    # Self-contained: plots inline, nothing fetched from anywhere.
     assert all(src.startswith("data:image/png;base64,") for src in parsed.sources)
     assert "http://" not in text.replace("http://vllm.localhost", "")
     assert "https://" not in text
 
+    def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--user-data-dir={tmp_path / 'chromium'}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "HOME": str(tmp_path)},
+        )
+
+    # The inline script runs: the transcript an address names is opened.
+    dom = chromium("--dump-dom", page.as_uri() + "#item-1").stdout
+    assert '<details id="item-1" data-arm="demo" data-stratum="default" ' in dom
+    assert dom.split('<details id="item-1"')[1].split(">")[0].endswith(' open=""')
+
+    # The first screen of a wide window: the summary, spanning the width.
     shot = tmp_path / "report.png"
-    chrome = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'chromium'}",
-            f"--screenshot={shot}",
-            "--window-size=1200,2000",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HOME": str(tmp_path)},
-    )
+    chrome = chromium(f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}", page.as_uri())
     assert shot.is_file(), chrome.stderr
     if os.environ.get("HAICO_SCREENSHOT"):
         shutil.copy(shot, os.environ["HAICO_SCREENSHOT"])
     from matplotlib import image
 
     pixels = image.imread(shot)[:, :, :3]
-    assert pixels.shape[:2] == (2000, 1200)
+    assert pixels.shape[:2] == (HEIGHT, WIDTH)
     colours = {tuple(p) for p in (pixels[::4, ::4] * 255).astype(int).reshape(-1, 3)}
     ink = (pixels.min(axis=2) < 0.9).mean()
     assert len(colours) > 50, f"{len(colours)} colours: a blank page?"
     assert ink > 0.03, f"{ink:.1%} of the pixels not white: a blank page?"
+    inked = (pixels.min(axis=2) < 0.9).any(axis=0).nonzero()[0]
+    assert inked[-1] > 0.95 * WIDTH, f"content ends at x={inked[-1]} of {WIDTH}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from pytest_haico.ledger.model_metrics import Sample
 from pytest_haico.runner.adaptive import KV_FULL, AdaptiveConcurrency, summary_line
 from pytest_haico.runner.loop import Runner
-from pytest_haico.runner.model_metrics import Sample
 
 
 def _s(

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_haico.runner.model_metrics import (
-    COLUMNS,
-    Sample,
-    csv_line,
-    parse_metrics,
-    read_csv,
-    summarise,
-    summary_line,
-)
+from pytest_haico.ledger.model_metrics import COLUMNS, Sample, csv_line, read_csv
+from pytest_haico.runner.model_metrics import parse_metrics, summarise, summary_line
 
 TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
