@@ -189,9 +189,10 @@ Persona = Literal[
 PERSONAS: dict[Persona, str] = {
     "helpful": "answers each turn in a sentence about it; calls a tool when the turn asks "
     "for an artifact (document, write, file, report, draft, save), then reports its result",
-    "looper": "calls one of the offered tools at every step and never answers, until the "
-    "agent's recursion limit stops the turn",
-    "bad_args": "calls a tool with arguments that break the tool's schema",
+    "looper": "calls one of the offered tools at every step, never answering while tools are "
+    "offered, until the agent's recursion limit stops the turn",
+    "bad_args": "calls a tool with arguments that break the tool's schema (with no tools "
+    "offered, answers as helpful)",
     "blank": "answers with neither text nor a tool call",
     "flaky": "answers half of the requests with HTTP 500, chosen by seed and messages, so "
     "a conversation fails at the same turn every time",
