@@ -211,12 +211,16 @@ class CampaignPlugin:
         self.sessions.after(item)
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, object, object]:
         state = item.stash.get(ATTEMPT_KEY, None)
         if state is not None:
             state.clock.start()
         try:
-            return (yield)
+            result = yield
+            self.sessions.stop_before(item.session, nextitem)
+            return result
         except (KeyboardInterrupt, pytest.exit.Exception) as exc:
             if state is not None and not self.sessions.holds_conversation(state):
                 message = str(exc) or "the session was interrupted"

@@ -48,7 +48,7 @@ def not_blank(value: str) -> str:
     return value
 
 
-def _parser_name(value: str) -> str:
+def check_parser_name(value: str) -> str:
     if not value or any(char.isspace() for char in value):
         raise ValueError(
             "must name one of vLLM's tool call parsers (e.g. hermes, mistral, llama3_json)"
@@ -58,11 +58,11 @@ def _parser_name(value: str) -> str:
 
 Name = Annotated[str, Field(pattern=SCRIPT_ID.pattern, min_length=1, max_length=MAX_NAME_CHARS)]
 Text = Annotated[str, AfterValidator(not_blank)]
-ParserName = Annotated[str, AfterValidator(_parser_name)]
+ParserName = Annotated[str, AfterValidator(check_parser_name)]
 Finite = Field(allow_inf_nan=False)
 
 
-def _slurm_time(value: str) -> str:
+def check_slurm_time(value: str) -> str:
     try:
         slurm_limit_seconds(value)
     except ValueError:  # the message adds ", got <value>": name the formats only
@@ -70,7 +70,7 @@ def _slurm_time(value: str) -> str:
     return value
 
 
-SlurmTime = Annotated[str, AfterValidator(not_blank), AfterValidator(_slurm_time)]
+SlurmTime = Annotated[str, AfterValidator(not_blank), AfterValidator(check_slurm_time)]
 
 ARM_NAME = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+)*$")
 TAG = re.compile(r"^[a-z_][a-z0-9_]*$")

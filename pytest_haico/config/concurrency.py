@@ -11,7 +11,7 @@ from pytest_haico.config.bounds import AUTO, MAX_CONCURRENCY, Concurrency
 from pytest_haico.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pytest_haico.config.experiment import RunSection
+    from pytest_haico.config.sections import RunSection
 
 
 def parse_concurrency(value: Any, source: str) -> Concurrency:

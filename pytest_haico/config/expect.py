@@ -15,7 +15,7 @@ from pytest_haico.config.bounds import (
 )
 
 
-def _regular_expression(value: str) -> str:
+def check_regular_expression(value: str) -> str:
     try:
         re.compile(value)
     except re.error as exc:
@@ -27,7 +27,7 @@ def _regular_expression(value: str) -> str:
 
 
 Needle = Annotated[str, Field(min_length=1, max_length=MAX_TURN_CHARS), AfterValidator(not_blank)]
-Pattern = Annotated[str, Field(min_length=1), AfterValidator(_regular_expression)]
+Pattern = Annotated[str, Field(min_length=1), AfterValidator(check_regular_expression)]
 ToolName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(not_blank)]
 
 
@@ -38,18 +38,28 @@ class Expect(BaseModel):
     of the item's identity, so adding a key here keeps every existing item_id.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
+    )
 
     artifact: bool | None = None
+    """true: a step produced an artifact; false asks for nothing."""
     contains: Needle | Annotated[list[Needle], Field(min_length=1)] | None = None
+    """A string, or a list of strings, each of which the answer contains."""
     matches: Pattern | None = None
+    """A Python regular expression `re.search` finds in the answer."""
     tool_called: ToolName | None = None
+    """A tool some step called."""
     tool_not_called: ToolName | None = None
+    """A tool no step called."""
     no_tool_error: bool | None = None
+    """true: no tool call failed."""
     max_steps: Annotated[int, Field(ge=1, le=MAX_RECURSION_LIMIT)] | None = None
-    # A yes/no question about the answer, put to the judge model (--haico-judge, [run] judge)
-    # through the hook pytest_haico_judge_turn. Which judge answers is not the item's identity.
+    """The most steps the turn may take."""
+    # Through the hook pytest_haico_judge_turn. Which judge answers is not the item's identity.
     judge: Needle | None = None
+    """A yes/no question about the answer, put to the judge model (`--haico-judge`,
+    `[run] judge`); it passes on yes."""
 
     @field_validator("contains", mode="before")
     @classmethod

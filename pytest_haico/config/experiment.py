@@ -8,42 +8,36 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from pytest_haico.config.bounds import (
     ARM_NAME,
-    DEFAULT_MAX_CONCURRENCY,
     MAX_ARM_FILE_BYTES,
-    MAX_CONCURRENCY,
-    MAX_CPUS,
-    MAX_GPUS,
-    MAX_LATENCY_MS,
-    MAX_LOAD_S,
-    MAX_MODEL_LEN,
-    MAX_RATE_LIMIT_RPM,
-    MAX_RECURSION_LIMIT,
     MAX_REPEATS,
-    MAX_SEED,
     MAX_TAGS,
-    MAX_TOKENS,
     MAX_TURN_CHARS,
-    MAX_TURN_TIMEOUT_S,
     MAX_TURNS,
     RESERVED_MARKERS,
     TAG,
-    ArmConcurrency,
-    Finite,
     Name,
-    ParserName,
-    SlurmTime,
-    Text,
     check_item_count,
     not_blank,
 )
 from pytest_haico.config.documents import describe_place, is_script_file, iter_documents
 from pytest_haico.config.expect import Expect
+from pytest_haico.config.sections import (
+    AgentSection,
+    BackendSection,
+    GenerationSection,
+    ModelSection,
+    RunSection,
+    Section,
+    SlurmSection,
+    StandinSection,
+    VllmSection,
+)
 from pytest_haico.config.validation import FieldError as _FieldError
 from pytest_haico.config.validation import describe_validation_error, human_field
 from pytest_haico.errors import ConfigError
@@ -51,149 +45,13 @@ from pytest_haico.files import NotAnInputError, read_input_file
 
 _M = TypeVar("_M", bound=BaseModel)
 
-_MAX_START_TIMEOUT_S = 86_400  # a day: beyond any model load, below a typo's extra 000
-# vLLM's start-up log can be silent for half a minute between two lines on a busy node (its
-# imports, the engine's own start); two minutes of silence is a hang.
-DEFAULT_START_STALL_TIMEOUT_S = 120.0
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class ModelSection(_Section):
-    """Which weights the arm serves: a directory, or an HF id + revision from the local cache;
-    `served`: found in the catalogue under that name (`haico serve`) instead of started,
-    and checked against the other fields."""
-
-    path: Text | None = None
-    hf_id: Text | None = None
-    revision: Text | None = None
-    served_name: Name | None = None
-    # Where the model answers, not which model: excluded from model_dump and so from the
-    # item_id, so that items against a served model are the items of the same model started
-    # by the run (the served model's identity gate makes sure it is that model).
-    served: Annotated[str | None, Field(pattern=ARM_NAME.pattern, max_length=128, exclude=True)] = (
-        None
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> ModelSection:
-        if self.path and self.hf_id:
-            raise ValueError("give either 'path' or 'hf_id', not both")
-        if self.revision and not self.hf_id:
-            raise ValueError("'revision' only applies together with 'hf_id'")
-        return self
-
-
-class VllmSection(_Section):
-    """How vLLM serves the model."""
-
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
-    data_parallel_size: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
-    max_model_len: Annotated[int, Field(ge=256, le=MAX_MODEL_LEN)] = 8192
-    enable_tool_calling: bool = True
-    tool_call_parser: ParserName | None = "hermes"
-    extra_args: list[Text] = Field(default_factory=list)
-    # The wait for vLLM (cluster profile): a large model loads for tens of minutes from a
-    # shared file system, so there is no deadline (unless start_timeout_s sets one) while
-    # its log advances; the wait ends once its log has said nothing for
-    # start_stall_timeout_s. Not result-relevant, so excluded from model_dump and with it
-    # from the item_id: raising one after a failed load must not make every finished item
-    # new. (run-config has to record them by name.)
-    start_timeout_s: Annotated[
-        Annotated[float, Field(gt=0, le=_MAX_START_TIMEOUT_S), Finite] | None,
-        Field(exclude=True),
-    ] = None
-    start_stall_timeout_s: Annotated[
-        float, Field(gt=0, le=_MAX_START_TIMEOUT_S, exclude=True), Finite
-    ] = DEFAULT_START_STALL_TIMEOUT_S
-
-    @model_validator(mode="after")
-    def _parser_when_calling_tools(self) -> VllmSection:
-        if self.enable_tool_calling and self.tool_call_parser is None:
-            raise _FieldError("tool_call_parser", "required while enable_tool_calling is true")
-        return self
-
-
-class GenerationSection(_Section):
-    """Sampling settings the backend passes to the model."""
-
-    max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1024
-    temperature: Annotated[float, Field(ge=0, le=2), Finite] = 0.0
-
-
-class AgentSection(_Section):
-    """The backend agent's settings."""
-
-    recursion_limit: Annotated[int, Field(ge=1, le=MAX_RECURSION_LIMIT)] = 25
-
-
-class RunSection(_Section):
-    """How the campaign drives this arm."""
-
-    concurrency: ArmConcurrency = 8  # or "auto": between 1 and max_concurrency
-    max_concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = DEFAULT_MAX_CONCURRENCY
-    turn_timeout_s: Annotated[float, Field(gt=0, le=MAX_TURN_TIMEOUT_S), Finite] = 600.0
-    # A short GPU check (gate gpu_check) before vLLM loads; not part of the item identity.
-    gpu_check: bool = False
-    # The served model (a catalogue name) that scores `expect: {judge: ...}`; --haico-judge
-    # overrides it. Not part of the item identity: the judge scores, the arm answers.
-    judge: Annotated[str | None, Field(pattern=ARM_NAME.pattern, max_length=128)] = None
-
-
-class SlurmSection(_Section):
-    """What `haico submit` asks Slurm for."""
-
-    partition: Text | None = None
-    gres: Text | None = None
-    cpus_per_task: Annotated[int, Field(ge=1, le=MAX_CPUS)] | None = None
-    mem: Text | None = None
-    time: SlurmTime | None = None
-    time_per_stratum: dict[Name, SlurmTime] = Field(default_factory=dict)
-
-    def resource_options(self) -> list[str]:
-        """The sbatch options for what the arm asks of a node (the time limit apart)."""
-        flags = (
-            ("--partition", self.partition),
-            ("--gres", self.gres),
-            ("--cpus-per-task", self.cpus_per_task),
-            ("--mem", self.mem),
-        )
-        return [f"{flag}={setting}" for flag, setting in flags if setting is not None]
-
-
-Persona = Literal[
-    "helpful", "looper", "bad_args", "blank", "flaky", "slow", "hang", "dead", "judge"
-]
-
-
-class StandinSection(_Section):
-    """How the local profile's stand-ins behave."""
-
-    persona: Persona = "helpful"
-    latency_ms: Annotated[int, Field(ge=0, le=MAX_LATENCY_MS)] = 0
-    # Seconds the model server takes to load before it listens, as a real vLLM does.
-    load_s: Annotated[float, Field(ge=0, le=MAX_LOAD_S)] = 0
-    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
-    substitute_model: str = ""  # "" is documented as "off"
-    rate_limit_rpm: Annotated[int, Field(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0
-    recursion_flag: bool = True
-    # vLLM's --max-num-seqs (its default when unset); more requests wait. Not in the identity.
-    max_num_seqs: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None
-
-
-class BackendSection(_Section):
-    """Which backend build serves the arm: an OCI image (by digest) or a SIF."""
-
-    image: Text | None = None
-
-
-class Arm(_Section):
+class Arm(Section):
     """One model configuration, from `arms/<name>.toml`."""
 
-    name: str
+    name: str  # the file stem, not a key of the file
     description: str = ""
+    """What the arm is, for people; not part of the item identity."""
     model: ModelSection = ModelSection()
     vllm: VllmSection = VllmSection()
     generation: GenerationSection = GenerationSection()
@@ -224,23 +82,34 @@ class Arm(_Section):
         )
 
 
-class Turn(_Section):
+class Turn(Section):
     """One user message of a scripted conversation."""
 
     user: Annotated[str, Field(min_length=1, max_length=MAX_TURN_CHARS), AfterValidator(not_blank)]
+    """The user's message."""
     expect: Expect | None = None
+    """What the turn must produce (the `expect` keys below)."""
     branch_from: Annotated[int, Field(ge=0)] | None = None
+    """Fork the conversation after an earlier turn, counted from 0 (0: after the first
+    turn); unset: go on from the turn before."""
 
 
-class Script(_Section):
+class Script(Section):
     """One scripted conversation."""
 
     id: Name
+    """Unique in the experiments directory; part of the test id."""
     stratum: Name = "default"
+    """The cost class: `--haico-stratum`, limits and Slurm times per stratum."""
     tags: Annotated[list[str], Field(max_length=MAX_TAGS)] = Field(default_factory=list)
+    """Markers (`-m smoke`) and `-k` keywords: [a-z0-9_], starting with a letter; neither
+    an arm's name nor one of pytest's own markers."""
     description: str = ""
+    """What the script is, for people."""
     repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    """How many items the script makes per arm (`-r0`, `-r1`, ...)."""
     turns: Annotated[list[Turn], Field(min_length=1, max_length=MAX_TURNS)]
+    """The user's messages, in order (the `turns` keys below)."""
 
     @model_validator(mode="after")
     def _check(self) -> Script:

@@ -62,6 +62,12 @@ class ArmConversations:
         """The service the watch found dead, if any."""
         return self._watch.death if self._watch is not None else None
 
+    @property
+    def stack_failed(self) -> bool:
+        """Whether the breaker tripped or a service died: what was in flight then was
+        cancelled, so every conversation that started ends at once."""
+        return self._request.breaker.tripped or self.death is not None
+
     def start(
         self,
         channel: Channel,
@@ -251,7 +257,8 @@ class ArmConversations:
         was_tripped = breaker.tripped
         if breaker.observe(infra, service=service) and not was_tripped:
             reason = f"circuit breaker: {breaker.reason()}"
-            self._require_runner().stop_admitting(reason)
+            # The stack is bad: what is in flight is recorded now (interrupted), not waited for.
+            self._require_runner().cancel_in_flight(reason)
             culprit = service or "backend"
             tail = self._log_tail(culprit)
             self._request.on_stop(f"{reason}; the tail of the {culprit} log:\n{tail}")

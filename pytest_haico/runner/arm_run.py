@@ -207,6 +207,11 @@ class ArmRun:
         """Whether the item's conversation was started (it may have ended since)."""
         return self._conversations.was_admitted(state)
 
+    def ends_at_once(self, state: ItemAttempt) -> bool:
+        """Whether the item's conversation started before the breaker tripped or a service
+        died: cancelled then (or ended before), its record is made at once."""
+        return self._conversations.stack_failed and self._conversations.was_admitted(state)
+
     def stop_admitting(self, reason: str) -> None:
         """Start no more conversations; those in flight go on. Safe from a signal handler."""
         self.timeline.drain("walltime")

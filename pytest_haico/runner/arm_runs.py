@@ -369,7 +369,8 @@ class ArmRuns:
         if self.stack_failure is None:
             self.stack_failure = failure
             self.failed_gate = gate.name if gate is not None else None
-        self._stop_session(told)
+        if self._session is not None:  # pytest stops after the current item
+            self._session.shouldstop = f"haico: {headline(told)}"
         return told
 
     def _provenance(self, arm: str) -> dict[str, str]:
@@ -381,14 +382,18 @@ class ArmRuns:
         return arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
 
     def _stop_early(self, reason: str) -> None:
-        """A breaker tripped or a service died: the session stops after the current item."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self._stop_session(reason)
+        """A breaker, a dead service, a lost result: its arm admits no more (`stop_before`)."""
+        self.stop_reason = self.stop_reason or reason
 
-    def _stop_session(self, reason: str) -> None:
-        if self._session is not None:
-            self._session.shouldstop = f"haico: {headline(reason)}"
+    def stop_before(self, session: pytest.Session, nextitem: pytest.Item | None) -> None:
+        """After each item: once the run stopped early, stop before the next item unless it
+        has a record or ends at once (it started before a breaker or a dead service)."""
+        state = nextitem.stash.get(ATTEMPT_KEY, None) if nextitem is not None else None
+        if self.stop_reason is None or (state is not None and state.recorded is not None):
+            return
+        run = self._sessions.get(state.spec.arm.name) if state is not None else None
+        if state is None or run is None or not run.ends_at_once(state):
+            session.shouldstop = f"haico: {headline(self.stop_reason)}"
 
 
 ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()

@@ -41,7 +41,8 @@ _ANSWERS = (
 
 
 class Persona(StrEnum):
-    """The stand-in model's behaviour (the arm file's ``[standin] persona``)."""
+    """The stand-in model's behaviour (the arm file's ``[standin] persona``); what each does
+    is described once, in ``config/sections.py``'s PERSONAS (the arm reference's table)."""
 
     HELPFUL = "helpful"
     LOOPER = "looper"

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_haico.config.experiment import SlurmSection
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
+from pytest_haico.config.sections import SlurmSection
 from pytest_haico.errors import HaicoError
 from pytest_haico.report.item_costs import StratumCost, load_costs
 from pytest_haico.slurm.client import SlurmError

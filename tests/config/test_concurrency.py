@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_haico.config.concurrency import ConcurrencyPlan, parse_concurrency, resolve_concurrency
-from pytest_haico.config.experiment import Arm, RunSection, Script
+from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.identity import item_id, model_identity
+from pytest_haico.config.sections import RunSection
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import ConfigError
 

@@ -207,6 +207,35 @@ def test_a_service_death_ends_what_is_in_flight_as_infra_error_naming_it(
         harness.run.wait(attempt(2))
 
 
+def test_a_tripped_breaker_records_what_is_in_flight_at_once(tmp_path: Path) -> None:
+    """The stack is bad: a conversation in flight at the trip is cancelled (recorded
+    interrupted) rather than waited for, so the session can report every item that started
+    (`ends_at_once`) and stop before the first that did not."""
+    harness = ArmHarness(tmp_path, concurrency=2)
+    harness.channel.hold = True
+    harness.run.start()
+    try:
+        held = attempt(0)
+        harness.run.submit(held)
+        wait_for(lambda: harness.channel.conversing == 1, timeout=TIMEOUT_S, what="1 held")
+        harness.channel.hold = False
+        harness.channel.verdict = Verdict.INFRA_ERROR
+        harness.channel.error = ErrorInfo(kind="backend", message="502 from the backend")
+        states = [attempt(n) for n in range(1, 8)]
+        for state in states:
+            harness.run.submit(state)
+        for state in states[:5]:  # the breaker trips at 5 of the last 8
+            assert wait_for_conversation(harness.run, state).verdict is Verdict.INFRA_ERROR
+        assert wait_for_conversation(harness.run, held).verdict is Verdict.INTERRUPTED
+        assert harness.run.ends_at_once(held) and harness.run.ends_at_once(states[0])
+        for state in states[5:]:
+            assert not harness.run.ends_at_once(state)
+            with pytest.raises(NotAdmittedError, match="circuit breaker"):
+                harness.run.wait(state)
+    finally:
+        harness.run.stop()
+
+
 def test_a_dead_postgres_leaves_no_final_dump_and_says_so(harness: ArmHarness) -> None:
     harness.channel.hold = True
     harness.run.start()
