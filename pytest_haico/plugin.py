@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from types import ModuleType
 
 import pytest
 
@@ -70,6 +71,14 @@ def _asks_for_langsmith_output(config: pytest.Config) -> bool:
     return any(arg.startswith("--langsmith-output") for arg in args)
 
 
+def _register_fixtures(config: pytest.Config) -> ModuleType:
+    """Registers (and imports) the fixtures' module."""
+    from pytest_haico import fixtures
+
+    config.pluginmanager.register(fixtures, FIXTURES_PLUGIN)
+    return fixtures
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
@@ -82,9 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "haico_arm(name): the arm whose stack haico_stack / haico_client give this test"
     )
-    from pytest_haico import fixtures
-
-    config.pluginmanager.register(fixtures, FIXTURES_PLUGIN)
     settings = resolve_settings(config)
     from pytest_haico.campaign.checks import check_rootdir, check_supported, collects
 
@@ -102,15 +108,19 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"haico: --haico-experiments {settings.experiments}: no such directory; it must "
                 "hold arms/*.toml and scripts/*.yaml|*.jsonl"
             )
+        fixtures = _register_fixtures(config)
         config.pluginmanager.register(
             fixtures.NoCampaignPlugin(settings.experiments), NO_CAMPAIGN_PLUGIN
         )
         return
-    # The campaign's modules load only when there is a campaign to run.
+    # The campaign's modules load only when there is a campaign to run; the fixtures' (the
+    # ledger, the runner) only once it passed its checks, so a usage error comes without them.
     from pytest_haico.campaign.setup import build_campaign
-    from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
 
     campaign = build_campaign(config, settings)
+    _register_fixtures(config)
+    from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
+
     config.stash[ARM_RUNS_KEY] = campaign.sessions
     config.pluginmanager.register(campaign, CAMPAIGN_PLUGIN)
     if campaign.sessions.judges:

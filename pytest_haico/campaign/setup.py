@@ -11,18 +11,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_haico.campaign import checks
-from pytest_haico.campaign.hooks import CampaignPlugin
-from pytest_haico.campaign.job_exit import RUN_ITEMS_ENV
 from pytest_haico.config.experiment import Experiments, load_experiments
 from pytest_haico.config.identity import source_tree
 from pytest_haico.config.items import build_item_specs
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ConfigError, StackError
-from pytest_haico.ledger.recorder import Recorder
-from pytest_haico.runner.arm_runs import ArmRuns
 
 if TYPE_CHECKING:
+    from pytest_haico.campaign.hooks import CampaignPlugin
     from pytest_haico.runner.judges import TurnJudge
     from pytest_haico.stack.kept import KeptState
 
@@ -51,6 +48,12 @@ def build_campaign(config: pytest.Config, settings: Settings) -> CampaignPlugin:
         judges = _judges(config, settings, experiments)
     except ConfigError as exc:
         raise pytest.UsageError(f"haico: {exc}") from None
+    # The ledger's and the runner's modules load once the campaign passed its checks.
+    from pytest_haico.campaign.hooks import CampaignPlugin
+    from pytest_haico.campaign.job_exit import RUN_ITEMS_ENV
+    from pytest_haico.ledger.recorder import Recorder
+    from pytest_haico.runner.arm_runs import ArmRuns
+
     for tag in sorted(experiments.tags):
         config.addinivalue_line("markers", f"{tag}: script tag (pytest-haico)")
     recorder = Recorder(

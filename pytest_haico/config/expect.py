@@ -38,9 +38,9 @@ class Expect(BaseModel):
     of the item's identity, so adding a key here keeps every existing item_id.
     """
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
-    )
+    # The docstrings under the fields are read by the reference (`config.reference`), not
+    # at import: pydantic's use_attribute_docstrings reads each model's source at every start.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     artifact: bool | None = None
     """true: a step produced an artifact; false asks for nothing."""

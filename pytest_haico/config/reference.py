@@ -10,7 +10,11 @@ rendering, so the reference cannot drift from the code.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import sys
+import textwrap
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -137,11 +141,32 @@ def _description_of(model: type[BaseModel]) -> str:
 
 
 def _description(model: type[BaseModel], name: str, field: FieldInfo) -> str:
-    if not field.description:
+    text = field.description or _field_docstrings(model).get(name)
+    if not text:
         raise ValueError(
             f"{model.__name__}.{name} has no description: write a docstring under the field"
         )
-    return " ".join(field.description.split()).replace("|", "\\|")
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _field_docstrings(model: type[BaseModel]) -> dict[str, str]:
+    """The docstring under each field of `model` and its bases (the nearest class's wins)."""
+    found: dict[str, str] = {}
+    for cls in reversed([c for c in model.__mro__ if issubclass(c, BaseModel)]):
+        if cls.__module__.startswith("pydantic"):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for field, doc in itertools.pairwise(body.body):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                found[field.target.id] = inspect.cleandoc(doc.value.value)
+    return found
 
 
 def _without_none(annotation: Any) -> Any:

@@ -41,9 +41,9 @@ DEFAULT_START_STALL_TIMEOUT_S = 120.0
 class Section(BaseModel):
     """A part of an arm or a script: unknown keys refused, values not coerced."""
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
-    )
+    # The docstrings under the fields are read by the reference (`config.reference`), not
+    # at import: pydantic's use_attribute_docstrings reads each model's source at every start.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ModelSection(Section):

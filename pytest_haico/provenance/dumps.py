@@ -17,13 +17,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pytest_haico.errors import DumpError
 from pytest_haico.files import create_file, make_dirs, publish_file
 from pytest_haico.procfs import death_signal_preexec
 from pytest_haico.redact import Redactor
-from pytest_haico.stack.postgres import PostgresService
+
+# The stack (psycopg, httpx) loads with the service, not with the batch job's clean-up.
+if TYPE_CHECKING:
+    from pytest_haico.stack.postgres import PostgresService
 
 _log = logging.getLogger(__name__)
 

@@ -121,7 +121,11 @@ def totals(allocations: list[RunAllocation], label: str) -> Totals | None:
         name: min(sum(got[name] * got["allocation_s"] for _, got in timed) / spent, 1.0)
         for name in PARTS
     }
-    models = [(a.model, _number(a.model.get("samples")) or 1.0) for a, _ in timed if a.model]
+    models = [
+        (a.model, _number(a.model.get("samples")) or 1.0)
+        for a, _ in timed
+        if a.model and a.model.get("idle_share") is not None  # None: no sample while conversing
+    ]
     weight = sum(w for _, w in models)
     idle = mean = None
     if models:

@@ -84,6 +84,17 @@ class AdaptiveConcurrency:
             return self._change(min(grown, self.maximum), reason)
         return None
 
+    def ramp_end(self) -> float | None:
+        """When the ramp up from `initial` ended: the last of the doublings that opened the
+        run (slow start, before any other change), or None without one. Idle time before it
+        is the ramp's, not a bottleneck's (`model_metrics.summarise`)."""
+        end = None
+        for a in self.adaptations:
+            if a.new != min(a.old * 2, self.maximum):
+                break
+            end = a.at
+        return end
+
     def record(self) -> dict[str, Any]:
         """What run-config and the timeline keep of it."""
         adaptations = self.adaptations

@@ -32,6 +32,8 @@ NAMES = {
 }
 IDLE_LIMIT = 0.10  # idle more than this share of conversing time with items queued: say why
 BUSY_CORE = 0.8  # a process using this share of a core or more is the bottleneck
+# Fewer samples than this cannot resolve IDLE_LIMIT (one idle sample of 9 is already 11%).
+MIN_SAMPLES = 10
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -51,31 +53,43 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (stat.cpu_ticks + stat.children_cpu_ticks) / os.sysconf("SC_CLK_TCK")
 
 
-def summarise(samples: Iterable[Sample], *, cap: int) -> dict[str, Any]:
-    """The utilisation over the samples taken while conversing: the mean requests running,
-    the share of samples where the model ran nothing while items remained (queued or in
-    flight), and, where that share is over 10%, the bottleneck: `backend` (its CPU near a
-    core in those intervals), `client` (our own process's CPU near a core), `concurrency
-    cap` (all `cap` conversations in flight), else `client` (conversations not admitted)."""
-    rows = [s for s in samples if s.running is not None]
+def summarise(
+    samples: Iterable[Sample],
+    *,
+    cap: int,
+    window: tuple[float, float] | None,
+    ramp_end: float | None = None,
+) -> dict[str, Any]:
+    """The utilisation over the samples taken while conversing (`window`: the first
+    conversation's start and the last one's end, in the samples' time; None: none ran),
+    after `ramp_end` under concurrency auto (its ramp up from 1 is auto's, not a bottleneck):
+    the mean requests running, the share of samples where the model ran nothing while items
+    remained (queued or in flight), and, where that share is over 10% of at least
+    MIN_SAMPLES, the bottleneck: `backend` (its CPU near a core in those intervals), `client` (our
+    own process's CPU near a core), `concurrency cap` (all `cap` conversations in flight),
+    else `client` (conversations not admitted)."""
+    begin, end = window if window is not None else (0.0, -1.0)
+    if ramp_end is not None:
+        begin = max(begin, ramp_end)
+    everything = [s for s in samples if s.running is not None]
+    inside = [i for i, s in enumerate(everything) if begin <= s.t_s <= end]
+    rows = [everything[i] for i in inside]
+    summary: dict[str, Any] = {"samples": len(rows)}
+    if ramp_end is not None and window is not None:
+        summary["ramp_s"] = round(max(0.0, min(ramp_end, end) - window[0]), 3)
     if not rows:
-        return {"samples": 0, "idle_share": None, "mean_running": None, "bottleneck": None}
-    idle = [
-        (prev, cur)
-        for prev, cur in zip([rows[0], *rows[:-1]], rows, strict=True)
-        if cur.running == 0 and (cur.queued > 0 or cur.in_flight > 0)
-    ]
+        return {**summary, "idle_share": None, "mean_running": None, "bottleneck": None}
+    # Each interval ends at its sample; the first one inside starts at the sample before it.
+    pairs = zip([everything[max(i - 1, 0)] for i in inside], rows, strict=True)
+    idle = [(p, c) for p, c in pairs if c.running == 0 and (c.queued > 0 or c.in_flight > 0)]
     share = len(idle) / len(rows)
-    mean_running = sum(s.running or 0.0 for s in rows) / len(rows)
-    bottleneck = None
-    if share > IDLE_LIMIT:
-        bottleneck = _bottleneck(idle, cap=cap)
+    enough = len(rows) >= MIN_SAMPLES
     return {
-        "samples": len(rows),
+        **summary,
         "idle_share": round(share, 4),
-        "mean_running": round(mean_running, 3),
+        "mean_running": round(sum(s.running or 0.0 for s in rows) / len(rows), 3),
         "max_waiting": max(s.waiting or 0.0 for s in rows),
-        "bottleneck": bottleneck,
+        "bottleneck": _bottleneck(idle, cap=cap) if enough and share > IDLE_LIMIT else None,
     }
 
 
@@ -102,7 +116,13 @@ def summary_line(summary: Mapping[str, Any]) -> str | None:
     share = summary.get("idle_share")
     if share is None:
         return None
-    line = f"model idle {share:.0%} of conversing time with items remaining"
+    ramp = summary.get("ramp_s")
+    after = f"after auto's {ramp:.1f} s ramp" if ramp else ""
+    if summary["samples"] < MIN_SAMPLES:
+        counted = f"{summary['samples']}, {after}" if after else str(summary["samples"])
+        return f"model idle: too few samples ({counted}) to name a bottleneck"
+    after = f" ({after})" if after else ""
+    line = f"model idle {share:.0%} of conversing time{after} with items remaining"
     line += f", {summary['mean_running']:g} requests running on average"
     if summary.get("bottleneck"):
         line += f"; bottleneck: {summary['bottleneck']}"
@@ -130,6 +150,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="haico-model-metrics", daemon=True)
         self._t0 = time.monotonic()
+        self.started_at = time.time()  # the wall clock at t_s = 0
         self.samples: list[Sample] = []
 
     def start(self) -> None:

@@ -132,7 +132,20 @@ class RunTimeline:
             return
         sampler.stop()
         self.timeline.note("concurrency", self.concurrency)
-        self.summary = summarise(sampler.samples, cap=self._cap)
+        # The samples' clock (seconds from the sampler's start) for the conversing window
+        # and the end of auto's ramp, both wall clock.
+        conversing = self.timeline.doc["phases"].get("conversing", {})
+        first, last = conversing.get("first_start"), conversing.get("last_end")
+        window = None
+        if first is not None and last is not None:
+            window = (first - sampler.started_at, last - sampler.started_at)
+        ramp_end = self.adaptive.ramp_end() if self.adaptive is not None else None
+        self.summary = summarise(
+            sampler.samples,
+            cap=self._cap,
+            window=window,
+            ramp_end=None if ramp_end is None else ramp_end - sampler.started_at,
+        )
         self.timeline.model(self.summary)
 
     @property

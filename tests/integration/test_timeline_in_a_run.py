@@ -42,7 +42,8 @@ def test_a_run_writes_its_timeline_in_phase_order_and_samples_the_model(
         rows = list(csv.DictReader(f))
     assert rows and tuple(rows[0]) == COLUMNS
     assert all(row["running"] != "" for row in rows)
-    assert doc["model"]["samples"] == len(rows)
+    # Only the samples while the conversations ran are judged.
+    assert doc["model"]["samples"] <= len(rows)
     result.stdout.fnmatch_lines(
         ["*allocation *: starting *%, conversing *%, draining *%, dumping *%"]
     )

@@ -40,3 +40,12 @@ def test_runs_of_one_session_count_its_allocation_once() -> None:
         "dumping": 30 / 200,
     }
     assert campaign.idle_share is None and "model idle" not in campaign.line()
+
+
+def test_a_run_without_a_sample_while_conversing_leaves_the_idle_share_out() -> None:
+    run = _run("a", "s1", starting=0.2, gpu=None)
+    run.model = {"samples": 0, "idle_share": None, "mean_running": None, "bottleneck": None}
+    busy = _run("b", "s2", starting=0.2, gpu=None)
+    busy.model = {"samples": 20, "idle_share": 0.25, "mean_running": 3.0, "bottleneck": "client"}
+    campaign = {t.label: t for t in iter_totals([run, busy])}["campaign"]
+    assert (campaign.idle_share, campaign.bottlenecks) == (0.25, ("client",))
