@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -17,6 +18,14 @@ from pathlib import Path
 import httpcore  # noqa: F401
 import numpy  # noqa: F401
 import pytest
+
+# matplotlib likewise: a second load of its artists (pyplot first imported inside a
+# pytester run) makes two PolyCollection classes, and its docstrings' lookup fails.
+with contextlib.suppress(ImportError):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
 
 from pytest_haico.stack import Orchestrator, PostgresService
 from tests.harness import CampaignProject, clear_campaign_environment

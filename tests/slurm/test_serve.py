@@ -145,14 +145,15 @@ def test_usr1_and_a_crash_of_the_model_server_each_deregister(
 def test_a_model_job_deregisters_at_slurms_warning_before_its_time_limit(
     project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # --time 1: Slurm's USR1, asked 60 s before the end (--signal=B:USR1@60), comes at its
-    # first look at the job's time (every 30 s): the job ends before its limit, no TIMEOUT.
+    # --time 2: Slurm's USR1, asked 60 s before the end (--signal=B:USR1@60), comes at its
+    # first look at the job's time (every 30 s) after a minute: the job ends before its
+    # limit, no TIMEOUT. (With --time 1 it could come before the model registered.)
     catalogue = _catalogue(project)
-    status, out = _serve(capsys, "standin", "--profile", "local", "--time", "1")
+    status, out = _serve(capsys, "standin", "--profile", "local", "--time", "2")
     assert status == 0, out
     job = _job_id(out)
     _wait_registered(catalogue)
-    slurm_cluster.wait_ended(job, timeout=120)
+    slurm_cluster.wait_ended(job, timeout=180)
     fields = slurm_cluster.job_fields(job)
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), fields
     assert not entry_path(catalogue, "standin").exists()
