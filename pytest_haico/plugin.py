@@ -9,8 +9,8 @@ import shlex
 
 import pytest
 
+from pytest_haico.campaign.early_signals import hold_signals, take_held
 from pytest_haico.config.options import add_options
-from pytest_haico.config.settings import resolve_settings
 
 CAMPAIGN_PLUGIN = "haico-campaign"
 NO_CAMPAIGN_PLUGIN = "haico-no-campaign"
@@ -39,6 +39,10 @@ class HeldPlugins:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    config = pluginmanager.get_plugin("pytestconfig")
+    if isinstance(config, pytest.Config):
+        # First: from here until configure decides, a signal is held, not fatal.
+        hold_signals(config)
     from pytest_haico import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -47,7 +51,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # loaded already). Whether this session is a campaign is known only at configure time,
     # so langsmith's plugin is held back now and released then for any other session.
     # What the user named (-p langsmith_plugin, -p no:langsmith_plugin) is left alone.
-    config = pluginmanager.get_plugin("pytestconfig")
     if (
         not isinstance(config, pytest.Config)
         or pluginmanager.has_plugin(LANGSMITH_PLUGIN)
@@ -85,16 +88,20 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_haico import fixtures
 
     config.pluginmanager.register(fixtures, FIXTURES_PLUGIN)
+    from pytest_haico.config.settings import ExitMode, resolve_settings
+
     settings = resolve_settings(config)
     from pytest_haico.campaign.checks import check_rootdir, check_supported, collects
 
     check_rootdir(config)
     check_supported(settings)
     campaign_dir = settings.experiments.is_dir()
+    runs_campaign = campaign_dir and collects(config, settings.experiments)
+    early = take_held(config)
+    if early is not None and not runs_campaign:
+        early.release()
     held = config.pluginmanager.get_plugin(HELD_PLUGINS)
-    if isinstance(held, HeldPlugins) and not (
-        campaign_dir and collects(config, settings.experiments)
-    ):
+    if isinstance(held, HeldPlugins) and not runs_campaign:
         held.release(config.pluginmanager)
     if not campaign_dir:
         if settings.experiments_given:
@@ -106,6 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
             fixtures.NoCampaignPlugin(settings.experiments), NO_CAMPAIGN_PLUGIN
         )
         return
+    if early is not None and runs_campaign:
+        early.end_campaign(strict=settings.exit_mode is ExitMode.STRICT)
     # The campaign's modules load only when there is a campaign to run.
     from pytest_haico.campaign.setup import build_campaign
     from pytest_haico.runner.arm_runs import ARM_RUNS_KEY
@@ -118,11 +127,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(JudgeModelPlugin(), JUDGE_PLUGIN)
     config.pluginmanager.register(campaign.signals, SIGNALS_PLUGIN)
-    if collects(config, settings.experiments):
+    if runs_campaign:
         # A run of other tests beside the campaign (this repository's own, a user's unit
         # tests) keeps the handlers it has: the campaign installs them only once its
         # collection shows a test that asks for it.
-        campaign.signals.install()
+        campaign.signals.install(early)
         from pytest_haico.campaign.progress import ProgressPlugin
 
         # Registers itself as "haico-progress" when the output is a job log, not a terminal.
