@@ -1,7 +1,7 @@
 """The kill-survival paths through the full local stack: USR1 drain and TERM with 16
 conversations in flight, and what periodic pg_dumps cost a campaign.
 
-Run: python benchmarks/signals.py [--repeat N] [--part all|usr1|term|dumps]
+Run: python benchmarks/signals.py [--repeat N] [--part all|usr1|term|dumps|early]
 
 * USR1: 32 one-turn scripts that ask for a document on an arm at concurrency 16 whose
   stand-in model holds every request that goes on with a conversation (persona hang: the
@@ -31,6 +31,8 @@ Run: python benchmarks/signals.py [--repeat N] [--part all|usr1|term|dumps]
   <= 1.05, for the whole process and for the campaign span (first conversation's start to
   last one's end, from the ledger), the span being the stricter.
 
+* early: a signal in a run's first seconds (benchmarks/signals_early.py).
+
 Every run is a fresh project in a temporary directory. Figures past their budget are
 reported, never asserted: the exit status is 0 unless a run could not be measured.
 """
@@ -54,6 +56,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from signals_early import early
 
 from pytest_haico.procfs import is_alive
 
@@ -572,9 +576,14 @@ def main() -> None:
     parser.add_argument(
         "--repeat", "--repeats", type=int, default=3, help="runs of each figure (default 3)"
     )
-    parser.add_argument("--part", choices=("all", "usr1", "term", "dumps"), default="all")
+    parser.add_argument("--part", choices=("all", "usr1", "term", "dumps", "early"), default="all")
     args = parser.parse_args()
-    parts: dict[str, Callable[[int], None]] = {"usr1": usr1, "term": term, "dumps": dump_cost}
+    parts: dict[str, Callable[[int], None]] = {
+        "usr1": usr1,
+        "term": term,
+        "dumps": dump_cost,
+        "early": early,
+    }
     failed = False
     began = time.perf_counter()
     for name, part in parts.items():

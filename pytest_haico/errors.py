@@ -61,7 +61,17 @@ class JudgeError(InfraError):
 
 
 class StackError(HaicoError):
-    """A service of the loopback stack failed to start, answer or stop."""
+    """A service of the loopback stack failed to start, answer or stop. `brief` is what the
+    item's error, pytest's stop line and the progress line say of a long message, which
+    the haico summary then prints once, whole."""
+
+    def __init__(self, message: str, *, brief: str | None = None) -> None:
+        super().__init__(message)
+        self._brief = brief
+
+    @property
+    def brief(self) -> str:
+        return self._brief or str(self)
 
 
 class WireError(InfraError):

@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
+from pytest_haico.campaign.early_signals import hold_signals, take_held
 from pytest_haico.config.options import add_options
-from pytest_haico.config.settings import resolve_settings
 
 CAMPAIGN_PLUGIN = "haico-campaign"
 NO_CAMPAIGN_PLUGIN = "haico-no-campaign"
@@ -40,6 +40,10 @@ class HeldPlugins:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    config = pluginmanager.get_plugin("pytestconfig")
+    if isinstance(config, pytest.Config):
+        # First: from here until configure decides, a signal is held, not fatal.
+        hold_signals(config)
     from pytest_haico import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -48,7 +52,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # loaded already). Whether this session is a campaign is known only at configure time,
     # so langsmith's plugin is held back now and released then for any other session.
     # What the user named (-p langsmith_plugin, -p no:langsmith_plugin) is left alone.
-    config = pluginmanager.get_plugin("pytestconfig")
     if (
         not isinstance(config, pytest.Config)
         or pluginmanager.has_plugin(LANGSMITH_PLUGIN)
@@ -91,16 +94,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "haico_arm(name): the arm whose stack haico_stack / haico_client give this test"
     )
+    from pytest_haico.config.settings import ExitMode, resolve_settings
+
     settings = resolve_settings(config)
     from pytest_haico.campaign.checks import check_rootdir, check_supported, collects
 
     check_rootdir(config)
     check_supported(settings)
     campaign_dir = settings.experiments.is_dir()
+    runs_campaign = campaign_dir and collects(config, settings.experiments)
+    early = take_held(config)
+    if early is not None and not runs_campaign:
+        early.release()
     held = config.pluginmanager.get_plugin(HELD_PLUGINS)
-    if isinstance(held, HeldPlugins) and not (
-        campaign_dir and collects(config, settings.experiments)
-    ):
+    if isinstance(held, HeldPlugins) and not runs_campaign:
         held.release(config.pluginmanager)
     if not campaign_dir:
         if settings.experiments_given:
@@ -113,6 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
             fixtures.NoCampaignPlugin(settings.experiments), NO_CAMPAIGN_PLUGIN
         )
         return
+    if early is not None and runs_campaign:
+        early.end_campaign(strict=settings.exit_mode is ExitMode.STRICT)
     # The campaign's modules load only when there is a campaign to run; the fixtures' (the
     # ledger, the runner) only once it passed its checks, so a usage error comes without them.
     from pytest_haico.campaign.setup import build_campaign
@@ -128,11 +137,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(JudgeModelPlugin(), JUDGE_PLUGIN)
     config.pluginmanager.register(campaign.signals, SIGNALS_PLUGIN)
-    if collects(config, settings.experiments):
+    if runs_campaign:
         # A run of other tests beside the campaign (this repository's own, a user's unit
         # tests) keeps the handlers it has: the campaign installs them only once its
         # collection shows a test that asks for it.
-        campaign.signals.install()
+        campaign.signals.install(early)
         from pytest_haico.campaign.progress import ProgressPlugin
 
         # Registers itself as "haico-progress" when the output is a job log, not a terminal.

@@ -6,7 +6,10 @@ SIGUSR1 is to die without finalizers. So all three handlers are installed whatev
 process inherited, from configure on in a run that collects the experiments directory (at
 the end of collection in one that collects a campaign's tests from elsewhere; never in one
 that collects none), and the previous ones are restored at unconfigure (an in-process
-pytester run leaves none behind).
+pytester run leaves none behind). Until configure the plugin holds them (`early_signals`);
+a campaign acts on a held one as it installs its handlers. Until the session starts
+collecting, what a handler would raise is held too, and raised as collection begins: the
+session then ends the campaign's way (its summary, its exit code), never at configure.
 
 * INT: every in-flight item is recorded `interrupted` at once; campaign mode exits 75. A
   second INT while the session stops only cancels what is still in flight: the stack is
@@ -31,14 +34,13 @@ import itertools
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 
 import pytest
 
+from pytest_haico.campaign.early_signals import EarlySignals, Handler
 from pytest_haico.runner.arm_runs import ArmRuns
-
-_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 class TerminatedError(KeyboardInterrupt):
@@ -57,25 +59,40 @@ class SessionSignals:
         self.drain_timeout_s = drain_timeout_s
         self.terminated = False
         self.interrupted = False
-        self._previous: dict[signal.Signals, _Handler] = {}
+        self._previous: dict[signal.Signals, Handler] = {}
+        self._started = False  # whether the session has begun collecting
         self._deferring = False
         self._pending: KeyboardInterrupt | None = None
         self._stderr: int | None = None  # the process's own stderr, not pytest's capture
 
-    def install(self) -> None:
+    def install(self, early: EarlySignals | None = None) -> None:
+        """The handlers, in place of those `early` held the signals with (then the signals it
+        held are acted on, in their order)."""
         if threading.current_thread() is not threading.main_thread():
             return
         # At configure time fd 2 is still the process's stderr (a terminal, a job's log);
         # during a test pytest's capture replaces it, so the handlers keep their own copy.
         with contextlib.suppress(OSError):
             self._stderr = os.dup(2)
-        handlers: dict[signal.Signals, _Handler] = {
+        handlers = {
             signal.SIGINT: self._int,
             signal.SIGUSR1: self._usr1,
             signal.SIGTERM: self._term,
         }
+        held = early.take_over() if early is not None else {}
         for signum, handler in handlers.items():
-            self._previous[signum] = signal.signal(signum, handler)
+            previous = signal.signal(signum, handler)
+            self._previous[signum] = held.get(signum, previous)
+        for signum in early.pending if early is not None else ():
+            handlers[signum](signum, None)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self) -> None:
+        """The session has started: an interrupt held since configure is raised now."""
+        self._started = True
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            raise pending
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
@@ -121,7 +138,7 @@ class SessionSignals:
                 os.write(self._stderr, f"\nhaico: {line}\n".encode())
 
     def _interrupt(self, error: KeyboardInterrupt) -> None:
-        if self._deferring:
+        if self._deferring or not self._started:
             self._pending = self._pending or error
             return
         if self.sessions.starting:

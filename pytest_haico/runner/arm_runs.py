@@ -255,7 +255,7 @@ class ArmRuns:
         try:
             session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
-            told = exc.brief if isinstance(exc, GateFailedError) else str(exc)
+            told = exc.brief
             self._tell("stack_started", arm, seconds=time.monotonic() - began, error=told)
             if self.start_interrupt is None:
                 raise StackError(self._fail(arm, exc)) from None
@@ -361,10 +361,8 @@ class ArmRuns:
         """Record why the arm cannot run (a gate, its stack); the first is the session's, in
         full. What the arm's items and pytest's stop line say is returned: for a gate, which."""
         gate = first_failure(error.results) if isinstance(error, GateFailedError) else None
-        failure = (
-            f"arm {arm}: {error}" if gate else f"the stack of arm {arm} did not start: {error}"
-        )
-        told = f"arm {arm}: {error.brief}" if isinstance(error, GateFailedError) else failure
+        what = f"arm {arm}" if gate else f"the stack of arm {arm} did not start"
+        failure, told = f"{what}: {error}", f"{what}: {error.brief}"
         self._failures[arm] = told
         if self.stack_failure is None:
             self.stack_failure = failure

@@ -105,6 +105,7 @@ class Registry:
         self.path = directory / f"{os.getpid()}-{next(_REGISTRY_NUMBERS)}.json"
         self.mirror = mirror
         self.mirror_mode = mirror_mode
+        self._mirror_failing = False  # warned once until a write succeeds again
         self._job = job
         self._tmpdir = tempfile.gettempdir()
         self._services: dict[str, ServiceRecord] = {}
@@ -131,7 +132,11 @@ class Registry:
                 make_dirs(self.mirror.parent, self.mirror_mode)
                 write_atomic(self.mirror, content, mode=self.mirror_mode)
             except OSError as exc:  # a full results disk must not fail a service's stop
-                logger.warning("haico: %s not updated: %s", self.mirror, exc)
+                if not self._mirror_failing:
+                    logger.warning("haico: %s not updated: %s", self.mirror, exc)
+                self._mirror_failing = True
+            else:
+                self._mirror_failing = False
 
     def record(self, record: ServiceRecord) -> None:
         """Add or replace the record of `record.name`."""

@@ -14,12 +14,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from io import FileIO
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Protocol
 
 from pytest_haico.errors import PortInUseError, StackError
-from pytest_haico.files import PRIVATE_FILE_MODE, create_file, write_all
+from pytest_haico.files import (
+    PRIVATE_FILE_MODE,
+    create_file,
+    describe_write_failure,
+    write_all,
+)
 from pytest_haico.procfs import (
     death_signal_preexec,
     read_proc_stat,
@@ -196,6 +202,23 @@ class ServiceProcess:
             return None
         return self.healthy_at - self.spawned_at
 
+    def _open_log(self) -> FileIO:
+        """The log, unbuffered: a write that fails raises at once, never again at close."""
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            return self.log_path.open("ab", buffering=0)
+        except OSError as exc:
+            raise self._log_failure(exc) from exc
+
+    def _log_failure(self, exc: OSError) -> StackError:
+        """The service's log cannot be written (a full disk, a quota, a read-only file
+        system): where, on which file system, and the fix; the brief names the file."""
+        what = f"write the {self.service.name} log"
+        return StackError(
+            describe_write_failure(what, self.log_path, exc, owner="log"),
+            brief=f"cannot {what}: {exc.strerror} (where and the fix: the haico summary)",
+        )
+
     def spawn(self) -> None:
         """Start the process in its own session, with a parent-death signal, logging to the log."""
         if threading.current_thread() is not threading.main_thread():
@@ -204,7 +227,6 @@ class ServiceProcess:
         name = self.service.name
         cmd = self.service.command(self.port)
         argv = [str(arg) for arg in cmd.argv]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         header = f"{LOG_HEADER}{stamp} {name} port {self.port} attempt {self.attempt}: "
         header += shlex.join(argv)
@@ -215,10 +237,14 @@ class ServiceProcess:
         sig = self.service.death_signal
         preexec = death_signal_preexec(sig, os.getpid()) if sig is not None else None
         # The parent opens the log: a service running as another user can't open our paths.
-        with self.log_path.open("ab") as log:
+        with self._open_log() as log:
             self._log_offset = log.tell()
-            log.write(Redactor(self.service.secrets).redact(header).encode() + b"\n")
-            log.flush()
+            try:
+                write_all(
+                    log.fileno(), Redactor(self.service.secrets).redact(header).encode() + b"\n"
+                )
+            except OSError as exc:
+                raise self._log_failure(exc) from exc
             try:
                 self._proc = subprocess.Popen(
                     argv,

@@ -59,9 +59,9 @@ def test_a_run_beside_the_experiments_leaves_the_signal_handlers_alone(
 ) -> None:
     campaign.arm("a")
     campaign.simple_scripts("s1")
-    # A real process; its conftest.py is imported before any plugin's configure runs.
-    campaign.pytester.makeconftest(
-        """
+    # A real process; a plugin named by -p is imported before the entry points (ours).
+    campaign.pytester.makepyfile(
+        inherited_handlers="""
 import signal
 
 import pytest
@@ -85,7 +85,9 @@ def test_handlers(inherited):
 """
         }
     )
-    result = campaign.pytester.runpytest_subprocess("tests", "-p", "no:cacheprovider")
+    result = campaign.pytester.runpytest_subprocess(
+        "tests", "-p", "no:cacheprovider", "-p", "inherited_handlers"
+    )
     result.assert_outcomes(passed=1)
 
 

@@ -87,6 +87,34 @@ def test_a_full_transcripts_file_system_stops_the_run_with_one_line_and_75(
     )
 
 
+def test_a_disk_that_fills_as_the_stack_starts_exits_78_naming_the_file_system_once(
+    campaign: CampaignProject, tmpfs: Mount
+) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.jsonl", quick_scripts(2))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    # Four pages: the run's claim, gates and registry fit, the services' logs do not.
+    runs = tmpfs(campaign.arm_dir("demo") / "runs", size="16k")
+
+    full = campaign.run_subprocess("--haico-exit", "campaign")
+    # A stack that cannot start, as any other (a resubmission would meet the same disk).
+    assert full.ret == 78, full.stdout.str()
+    output = full.stdout.str()
+    full.stdout.fnmatch_lines(
+        [
+            f"stack failed (exit 78): the stack of arm demo did not start: cannot write the * log "
+            f"{runs}/*/logs/*.log: [[]Errno 28[]] No space left on device on the file system "
+            f"mounted at {runs} (tmpfs from tmpfs, device *). Free space on that file system, "
+            "or choose another results directory (--haico-results, CLUSTER_WORK), then rerun "
+            "the same command: the items not done run again",
+        ]
+    )
+    assert output.count("Free space on that file system") == 1  # the rest say where it is
+    assert "(where and the fix: the haico summary)" in output
+    assert output.count("not updated") <= 1 and "Traceback" not in output
+    assert campaign.records("demo") == []
+
+
 def test_the_arms_admin_token_never_reaches_the_ledger(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("a.jsonl", quick_scripts(1))

@@ -70,7 +70,8 @@ def test_a_signal_amid_record_writes_leaves_whole_lines_and_one_record_per_attem
     assert len(terminal) == 300 and set(terminal.values()) == {1}
 
 
-def _signals(tmp_path: Path) -> SessionSignals:
+def _signals(tmp_path: Path, *, started: bool = True) -> SessionSignals:
+    """The session's signal handlers; `started`: its collection has begun."""
     recorder = Recorder(
         campaign_dir=tmp_path / "default",
         campaign="default",
@@ -78,7 +79,20 @@ def _signals(tmp_path: Path) -> SessionSignals:
         max_attempts=3,
     )
     settings = cast(Settings, SimpleNamespace(concurrency=1, dump_interval=0.0, drain_timeout=1.0))
-    return SessionSignals(ArmRuns(settings, {}, recorder), drain_timeout_s=1.0)
+    signals = SessionSignals(ArmRuns(settings, {}, recorder), drain_timeout_s=1.0)
+    if started:
+        signals.pytest_collection()
+    return signals
+
+
+def test_before_the_session_starts_an_interrupt_is_held_until_collection(
+    tmp_path: Path,
+) -> None:
+    signals = _signals(tmp_path, started=False)
+    signals._term(signal.SIGTERM, None)  # at configure or session start: nothing raised
+    assert signals.sessions.emergency is not None
+    with pytest.raises(TerminatedError):
+        signals.pytest_collection()
 
 
 def test_an_interrupt_during_a_deferred_block_is_raised_after_it(tmp_path: Path) -> None:

@@ -1,0 +1,85 @@
+"""A signal in a run's first seconds, before the campaign's handlers: held from the plugin's
+registration, then the campaign ends the campaign's way (exit 75, one line, nothing left);
+a session that runs no campaign gets the signal as it would have without the plugin."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.harness import CampaignProject, start_pytest
+
+# A conftest whose hook `{hook}` marks that it has begun, then waits for the test's go file:
+# the test signals the run in that phase, then lets it go on.
+WAIT_IN_HOOK = """
+import pathlib
+import time
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def {hook}({argument}):
+    pathlib.Path("{marker}").touch()
+    while not pathlib.Path("{go}").exists():
+        time.sleep(0.02)
+"""
+
+
+def wait_in(directory: Path, hook: str, argument: str) -> tuple[Path, Path]:
+    """Write `directory/conftest.py` that holds `hook` until the go file exists; the marker
+    and go files."""
+    marker, go = directory / f"{hook}.began", directory / f"{hook}.go"
+    (directory / "conftest.py").write_text(
+        WAIT_IN_HOOK.format(hook=hook, argument=argument, marker=marker, go=go)
+    )
+    return marker, go
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_while_pytest_configures_ends_the_campaign_with_75_and_one_line(
+    campaign: CampaignProject, signum: signal.Signals
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("s1", "s2")
+    marker, go = wait_in(campaign.experiments, "pytest_configure", "config")
+    run = campaign.start()
+    run.wait_for(marker.exists, timeout=120, what="pytest configuring")
+    run.send_signal(signum)  # before the plugin knows this is a campaign
+    go.touch()
+    assert run.wait(timeout=60) == 75, run.output()
+    line = f"haico: {signum.name} before the campaign started (exit 75): nothing ran"
+    assert run.output().count(line) == 2, run.output()  # pytest's `Exit:` and its echo
+    assert "Traceback" not in run.output()
+    assert not (campaign.root / "results").exists()
+
+
+def test_a_term_at_session_start_ends_the_campaign_its_way(campaign: CampaignProject) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("s1", "s2")
+    marker, go = wait_in(campaign.experiments, "pytest_sessionstart", "session")
+    run = campaign.start()
+    run.wait_for(marker.exists, timeout=120, what="the session starting")
+    run.send_signal(signal.SIGTERM)  # the campaign's handlers are in, its session not yet
+    go.touch()
+    assert run.wait(timeout=60) == 75, run.output()
+    assert "terminated (exit 75): SIGTERM" in run.output()
+    assert "0 recorded interrupted, 0 not started" in run.output()
+    assert campaign.records("demo") == []
+
+
+def test_a_term_while_a_session_without_campaign_configures_is_pythons_default(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
+    marker, go = wait_in(pytester.path, "pytest_configure", "config")
+    run = start_pytest(pytester, "-p", "no:cacheprovider", log=pytester.path / "run.out")
+    try:
+        run.wait_for(marker.exists, timeout=120, what="pytest configuring")
+        run.send_signal(signal.SIGTERM)
+        go.touch()
+        assert run.wait(timeout=60) == -signal.SIGTERM, run.output()
+    finally:
+        run.stop()
