@@ -86,7 +86,8 @@ def summarise(
     enough = len(rows) >= MIN_SAMPLES
     return {
         **summary,
-        "idle_share": round(share, 4),
+        # Fewer samples cannot tell 10% apart: no share, so that no reader judges one.
+        "idle_share": round(share, 4) if enough else None,
         "mean_running": round(sum(s.running or 0.0 for s in rows) / len(rows), 3),
         "max_waiting": max(s.waiting or 0.0 for s in rows),
         "bottleneck": _bottleneck(idle, cap=cap) if enough and share > IDLE_LIMIT else None,
@@ -113,12 +114,13 @@ def _bottleneck(idle: list[tuple[Sample, Sample]], *, cap: int) -> str:
 
 
 def summary_line(summary: Mapping[str, Any]) -> str | None:
-    share = summary.get("idle_share")
-    if share is None:
+    """The run's line on the model's utilisation; None when no sample fell while conversing."""
+    if not summary.get("samples"):
         return None
     ramp = summary.get("ramp_s")
     after = f"after auto's {ramp:.1f} s ramp" if ramp else ""
-    if summary["samples"] < MIN_SAMPLES:
+    share = summary.get("idle_share")
+    if summary["samples"] < MIN_SAMPLES or share is None:
         counted = f"{summary['samples']}, {after}" if after else str(summary["samples"])
         return f"model idle: too few samples ({counted}) to name a bottleneck"
     after = f" ({after})" if after else ""

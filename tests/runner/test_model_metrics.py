@@ -86,10 +86,11 @@ def test_only_samples_inside_the_conversing_window_count() -> None:
     assert summarise(rows, cap=4, window=None)["samples"] == 0
 
 
-def test_too_few_samples_name_no_bottleneck() -> None:
+def test_too_few_samples_name_no_bottleneck_and_no_idle_share() -> None:
+    # Two samples of an idle model: no share a report could sum as "model idle 100%".
     rows = [_s(t, 0.0, in_flight=4) for t in range(3)]
     summary = summarise(rows, cap=4, window=(1.0, 2.0))
-    assert summary["samples"] == 2 and summary["idle_share"] == 1.0
+    assert summary["samples"] == 2 and summary["idle_share"] is None
     assert summary["bottleneck"] is None
     assert summary_line(summary) == "model idle: too few samples (2) to name a bottleneck"
     ramped = summarise(rows, cap=4, window=(0.0, 2.0), ramp_end=0.5)
