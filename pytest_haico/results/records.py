@@ -231,6 +231,8 @@ class Results:
         The rule resume uses (`ResumeIndex`): the later `finished_at` wins, and of two
         equal ones the later line (runs are read by name, lines in write order).
         """
+        if self.newest_only:  # the reader kept these only, by the same rule
+            return list(self.records)
         newest: dict[tuple[str, str], Record] = {}
         for record in self.records:  # item_id and finished_at: strings (the reader checked)
             data = record.data
