@@ -57,6 +57,7 @@ def early_run(project: Path, signum: signal.Signals, at_s: float) -> EarlyResult
     """One run of the project's campaign, signalled `at_s` seconds after its start."""
     shutil.rmtree(project / "results", ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix="haico-early-tmp-"))
+    tmp.chmod(0o711)  # run as root, Postgres is user postgres: it must reach its directory
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYTEST_HAICO_"))}
     env["TMPDIR"] = str(tmp)
     log = project / "pytest.log"
