@@ -108,7 +108,8 @@ def _newest(
 
 
 def _slimmer(fields: Collection[str] | None) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-    """What keeps of a record's data `RECORD_FIELDS` and `fields` (None: keep it all)."""
+    """A function that keeps of a record's data its `RECORD_FIELDS` and `fields` (None:
+    no function, the data stays whole)."""
     if fields is None:
         return None
     keep = RECORD_FIELDS + tuple(f for f in fields if "." not in f)
