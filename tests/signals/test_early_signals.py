@@ -23,7 +23,10 @@ import pytest
 @pytest.hookimpl(tryfirst=True)
 def {hook}({argument}):
     pathlib.Path("{marker}").touch()
+    deadline = time.monotonic() + 120  # the test lets it go long before; never wait for ever
     while not pathlib.Path("{go}").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never wrote {go}")
         time.sleep(0.02)
 """
 
