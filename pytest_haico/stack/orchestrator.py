@@ -300,8 +300,11 @@ class Orchestrator:
         backend and the model server together, then Postgres)."""
         failures: list[str] = []
         with self._lock:
-            for running in list(self._preparations.values()):
-                running.join()  # cleanup must not race a copy still writing
+            for preparation in self._preparations.values():
+                if not preparation.done:
+                    preparation.service.cancel_prepare()  # a stop does not wait out an initdb
+            for preparation in list(self._preparations.values()):
+                preparation.join()  # cleanup must not race a copy still writing
             for wave in stop_waves(self.services):
                 launched = [s for s in wave if s.name in self._preparations]
                 # Never launched, or stop() was called from its own prepare: nothing to do.

@@ -8,6 +8,7 @@ owned by the user the server runs as; otherwise this run initialises its own clu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pwd
@@ -16,11 +17,15 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
+import time
 import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from pytest_haico.errors import StackError
 from pytest_haico.files import ownership_problem
@@ -37,6 +42,7 @@ DATABASE = "haico"
 # Bump when the template's recipe changes, so no session copies an outdated one.
 _TEMPLATE_RECIPE = 3
 _SETUP_TIMEOUT = 120.0
+_LOCK_POLL = 0.2  # how often a wait for another session's template build checks for a stop
 
 # Run in template1; only it (CREATE DATABASE's default) and haico stay. template0 and the
 # `postgres` database serve no run, and are half the files each run copies: creating
@@ -97,21 +103,28 @@ class Owner:
         path.mkdir(mode=0o700)
         self.chown(path)
 
-    def run(self, argv: list[str], log_path: Path, *, stdin: str | None = None) -> None:
+    def run(
+        self,
+        argv: list[str],
+        log_path: Path,
+        *,
+        stdin: str | None = None,
+        helpers: Helpers | None = None,
+    ) -> None:
         """Run a helper (initdb, cp, single-user postgres) as this user, appending to the log.
 
         It gets SIGKILL if this process dies, so a kill -9 leaves no copy running on into
-        a directory the janitor is about to remove.
+        a directory the janitor is about to remove; `helpers.cancel()` kills it too.
         """
+        helpers = helpers if helpers is not None else Helpers()
         with log_path.open("ab") as log:
             offset = log.tell()
             log.write(f"--- pytest-haico: {' '.join(argv)}\n".encode())
             log.flush()
             try:
-                done = subprocess.run(
+                process = subprocess.Popen(
                     argv,
-                    input=stdin.encode() if stdin is not None else None,
-                    stdin=None if stdin is not None else subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env={"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"},
@@ -120,23 +133,82 @@ class Owner:
                     group=self.gid if self.user is not None else None,
                     extra_groups=list(self.groups) if self.user is not None else None,
                     preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()),
-                    timeout=_SETUP_TIMEOUT,
-                    check=False,
+                    start_new_session=True,  # its own group: a kill reaches its children too
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 raise StackError(f"postgres: {argv[0]} failed to run: {exc}") from exc
-        if done.returncode != 0:
+            with helpers.running(process):
+                try:
+                    process.communicate(
+                        stdin.encode() if stdin is not None else None, timeout=_SETUP_TIMEOUT
+                    )
+                except subprocess.TimeoutExpired:
+                    _kill_group(process)
+                    process.wait()
+                    raise StackError(
+                        f"postgres: {Path(argv[0]).name} took over {_SETUP_TIMEOUT:.0f} s; "
+                        f"see {log_path}"
+                    ) from None
+        helpers.check(argv)
+        if process.returncode != 0:
             raise StackError(
-                f"postgres: {Path(argv[0]).name} exited with status {done.returncode}; "
+                f"postgres: {Path(argv[0]).name} exited with status {process.returncode}; "
                 f"last lines of {log_path}:\n{read_log_tail(log_path, offset=offset)}"
             )
 
 
-def init_cluster(binaries: PostgresBinaries, data_dir: Path, owner: Owner, log_path: Path) -> None:
+class Helpers:
+    """The helpers one preparation runs, so that a stop can end it at once: `cancel()`
+    kills the running one (its whole process group) and refuses any further one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self.cancelled = False
+
+    @contextmanager
+    def running(self, process: subprocess.Popen[bytes]) -> Iterator[None]:
+        """Hold `process` as running: a cancel now (or already made) kills it."""
+        with self._lock:
+            self._running.add(process)
+            if self.cancelled:
+                _kill_group(process)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.discard(process)
+
+    def cancel(self) -> None:
+        """Kill the running helper, if any; every later `check` raises."""
+        with self._lock:
+            self.cancelled = True
+            for process in self._running:
+                _kill_group(process)
+
+    def check(self, argv: Sequence[str] | None = None) -> None:
+        """Raise StackError if the preparation was cancelled (naming the helper, if any)."""
+        if self.cancelled:
+            what = f" ({Path(argv[0]).name} killed)" if argv else ""
+            raise StackError(f"postgres: preparation cancelled: the stack is stopping{what}")
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def init_cluster(
+    binaries: PostgresBinaries,
+    data_dir: Path,
+    owner: Owner,
+    log_path: Path,
+    helpers: Helpers | None = None,
+) -> None:
     """initdb into `data_dir` (an empty directory of the owner's), then our roles and rules."""
     initdb = [str(binaries.tool("initdb")), "-D", str(data_dir), "-U", SUPERUSER, "-E", "UTF8"]
     initdb += ["--no-locale", "--auth-local=peer", "--auth-host=scram-sha-256"]
-    owner.run([*initdb, "--no-instructions"], log_path)
+    owner.run([*initdb, "--no-instructions"], log_path, helpers=helpers)
     launcher = pwd.getpwuid(os.geteuid()).pw_name
     for name, text in (
         ("pg_hba.conf", _PG_HBA),
@@ -146,13 +218,16 @@ def init_cluster(binaries: PostgresBinaries, data_dir: Path, owner: Owner, log_p
         path.write_text(text)
         owner.chown(path)
     single = [str(binaries.tool("postgres")), "--single", "-D", str(data_dir)]
-    owner.run([*single, "-c", "exit_on_error=true", "template1"], log_path, stdin=_SETUP_SQL)
+    setup = [*single, "-c", "exit_on_error=true", "template1"]
+    owner.run(setup, log_path, stdin=_SETUP_SQL, helpers=helpers)
 
 
-def copy_cluster(template: Path, data_dir: Path, owner: Owner, log_path: Path) -> None:
+def copy_cluster(
+    template: Path, data_dir: Path, owner: Owner, log_path: Path, helpers: Helpers | None = None
+) -> None:
     """Copy the template's files into `data_dir` (an empty directory of the owner's)."""
     cp = shutil.which("cp") or "/bin/cp"
-    owner.run([cp, "-a", f"{template}/.", str(data_dir)], log_path)
+    owner.run([cp, "-a", f"{template}/.", str(data_dir)], log_path, helpers=helpers)
 
 
 def _template_path(binaries: PostgresBinaries) -> Path:
@@ -181,7 +256,9 @@ def _template_problem(final: Path, owner: Owner) -> str | None:
     return None
 
 
-def ensure_template(binaries: PostgresBinaries, owner: Owner, log_path: Path) -> Path | None:
+def ensure_template(
+    binaries: PostgresBinaries, owner: Owner, log_path: Path, helpers: Helpers | None = None
+) -> Path | None:
     """The per-machine initialised data directory, built once (atomically) and then reused.
 
     None if the templates directory is not ours and private: the caller then initialises
@@ -200,7 +277,8 @@ def ensure_template(binaries: PostgresBinaries, owner: Owner, log_path: Path) ->
         return None
     if owner.user is not None:
         os.chmod(templates, owner.dir_mode)  # ours: the server's user must reach its template
-    with FileLock(templates / f"{final.name}.lock", timeout=_SETUP_TIMEOUT):
+    helpers = helpers if helpers is not None else Helpers()
+    with _template_lock(templates / f"{final.name}.lock", helpers):
         problem = _template_problem(final, owner)
         if problem is None:
             return final / "data"
@@ -213,7 +291,7 @@ def ensure_template(binaries: PostgresBinaries, owner: Owner, log_path: Path) ->
         try:
             os.chmod(build, owner.dir_mode)
             owner.make_dir(build / "data")
-            init_cluster(binaries, build / "data", owner, log_path)
+            init_cluster(binaries, build / "data", owner, log_path, helpers)
             # A rename, so no session ever sees a half-built template.
             build.rename(final)
         except BaseException:
@@ -221,3 +299,25 @@ def ensure_template(binaries: PostgresBinaries, owner: Owner, log_path: Path) ->
             raise
     logger.info("postgres: built the template %s", final / "data")
     return final / "data"
+
+
+@contextmanager
+def _template_lock(path: Path, helpers: Helpers) -> Iterator[None]:
+    """The template's lock, waited for (while another session builds it) until a stop."""
+    lock = FileLock(path)
+    deadline = time.monotonic() + _SETUP_TIMEOUT
+    while True:
+        helpers.check()
+        try:
+            lock.acquire(timeout=_LOCK_POLL)
+            break
+        except Timeout:
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"postgres: waited {_SETUP_TIMEOUT:.0f} s for {path} (another session "
+                    "building the template); remove it if no session is running"
+                ) from None
+    try:
+        yield
+    finally:
+        lock.release()

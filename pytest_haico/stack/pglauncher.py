@@ -12,7 +12,7 @@ from typing import Protocol
 
 from pytest_haico.errors import StackError
 from pytest_haico.stack.pgbinaries import PostgresBinaries
-from pytest_haico.stack.pgcluster import Owner
+from pytest_haico.stack.pgcluster import Helpers, Owner
 
 _VERSION_TIMEOUT = 300.0  # the first start of an image from a shared file system is slow
 
@@ -52,8 +52,15 @@ class LaunchedOwner(Owner):
 
     wrap: Callable[[list[str]], list[str]] = field(default=list, compare=False)
 
-    def run(self, argv: list[str], log_path: Path, *, stdin: str | None = None) -> None:
-        super().run(self.wrap(argv), log_path, stdin=stdin)
+    def run(
+        self,
+        argv: list[str],
+        log_path: Path,
+        *,
+        stdin: str | None = None,
+        helpers: Helpers | None = None,
+    ) -> None:
+        super().run(self.wrap(argv), log_path, stdin=stdin, helpers=helpers)
 
 
 def image_binaries(launcher: Launcher, *, name: str) -> ImageBinaries:

@@ -22,6 +22,7 @@ from pytest_haico.stack.pgcluster import (
     DATABASE,
     READONLY_ROLE,
     SUPERUSER,
+    Helpers,
     Owner,
     copy_cluster,
     ensure_template,
@@ -90,6 +91,7 @@ class PostgresService:
         self._source: BinariesSource = source
         self._binaries: PostgresBinaries | None = None
         self._owner = Owner.resolve()
+        self._helpers = Helpers()
         self._run_dir: Path | None = None
         self._port: int | None = None
         self._password = new_secret()
@@ -218,13 +220,19 @@ class PostgresService:
                 self._owner.groups,
                 wrap=self._wrap,
             )
-            init_cluster(binaries, self.data_dir, launched, log_path)
+            init_cluster(binaries, self.data_dir, launched, log_path, self._helpers)
             return
-        template = ensure_template(binaries, self._owner, log_path) if self.use_template else None
+        template = None
+        if self.use_template:
+            template = ensure_template(binaries, self._owner, log_path, self._helpers)
         if template is not None:
-            copy_cluster(template, self.data_dir, self._owner, log_path)
+            copy_cluster(template, self.data_dir, self._owner, log_path, self._helpers)
         else:
-            init_cluster(binaries, self.data_dir, self._owner, log_path)
+            init_cluster(binaries, self.data_dir, self._owner, log_path, self._helpers)
+
+    def cancel_prepare(self) -> None:
+        """Kill the helper (initdb, cp) that `prepare` runs: the stack is stopping."""
+        self._helpers.cancel()
 
     def _wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
         assert self.launcher is not None

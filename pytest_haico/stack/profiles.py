@@ -63,6 +63,9 @@ class HttpService:
     def prepare(self, log_path: Path) -> None:
         """Nothing to prepare."""
 
+    def cancel_prepare(self) -> None:
+        """Nothing to cancel."""
+
     def command(self, port: int) -> Command:
         """argv for `port` and the inherited environment plus `env()` (or `env()` alone)."""
         self.port = port
