@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Generator, Iterable
@@ -19,6 +20,8 @@ from pytest_haico.redact import Redactor
 # Seconds that in-flight requests get after SIGTERM/SIGINT before they are cancelled; the
 # stack's own stop waits longer than this before it escalates to SIGKILL.
 GRACE_S = 3
+
+logger = logging.getLogger(__name__)
 
 
 class _StandinServer(uvicorn.Server):
@@ -42,6 +45,11 @@ class _StandinServer(uvicorn.Server):
         loop = asyncio.get_running_loop()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            if not self.started:
+                # Still starting (the backend waits up to a minute for its database, which
+                # the same stop may be taking down), so nothing to drain: end at once.
+                logger.info("stopped by %s while starting", signal.Signals(signum).name)
+                os._exit(0)
             if self.should_exit and signum == signal.SIGINT:
                 self.force_exit = True  # a second Ctrl-C skips the grace period, as in uvicorn
             self.should_exit = True
