@@ -123,10 +123,12 @@ def _epoch(stamp: str) -> float:
 
 
 def run_harness(
-    manifest: Manifest, *, url: str, key: str, talks: list[list[str]], in_flight: int,
-    max_tokens: int, root: Path,
+    manifest: Manifest, *, url: str, key: str, talks: list[list[str]], in_flight: int | str,
+    max_tokens: int, root: Path, max_concurrency: int | None = None,
 ) -> Span:  # fmt: skip
-    """The conversations as a campaign: pytest on the local profile, the model at `url`."""
+    """The conversations as a campaign: pytest on the local profile, the model at `url`
+    (`in_flight` "auto": adapted, up to `max_concurrency`)."""
+    bound = f"max_concurrency = {max_concurrency}\n" if max_concurrency else ""
     experiments = root / "experiments"
     (experiments / "arms").mkdir(parents=True)
     (experiments / "scripts").mkdir()
@@ -136,7 +138,7 @@ def run_harness(
         f'[model]\nserved_name = "{manifest.served_name}"\n'
         f"[vllm]\nmax_model_len = {MAX_MODEL_LEN}\n"
         f"[generation]\nmax_tokens = {max_tokens}\n"
-        f"[run]\nconcurrency = {in_flight}\nturn_timeout_s = 600\n"
+        f"[run]\nconcurrency = {json.dumps(in_flight)}\n{bound}turn_timeout_s = 600\n"
     )
     scripts = [
         json.dumps({"id": f"c{i:03d}", "turns": [{"user": text} for text in talk]})
