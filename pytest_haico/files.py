@@ -17,7 +17,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_haico.errors import UntrustedFileError
+from pytest_haico.errors import StackError, UntrustedFileError
 
 DEFAULT_FILE_MODE = 0o640
 PRIVATE_FILE_MODE = 0o600
@@ -295,6 +295,16 @@ def describe_write_failure(what: str, path: Path, exc: OSError, *, owner: str) -
         f"{describe_filesystem(path)}. {fix.capitalize()}, or choose another results "
         "directory (--haico-results, CLUSTER_WORK), then rerun the same command: the items "
         "not done run again"
+    )
+
+
+def start_write_error(what: str, path: Path, exc: OSError, *, owner: str) -> StackError:
+    """A file of the run directory written as the stack starts could not be written (a full
+    disk, a quota, a read-only file system): the stack does not start, and the haico summary
+    says where, on which file system, and the fix; the brief names only the file."""
+    return StackError(
+        describe_write_failure(what, path, exc, owner=owner),
+        brief=f"cannot {what}: {exc.strerror} (where and the fix: the haico summary)",
     )
 
 

@@ -120,8 +120,9 @@ def pytest_configure(config: pytest.Config) -> None:
             fixtures.NoCampaignPlugin(settings.experiments), NO_CAMPAIGN_PLUGIN
         )
         return
-    if early is not None and runs_campaign:
-        early.end_campaign(strict=settings.exit_mode is ExitMode.STRICT)
+    strict = settings.exit_mode is ExitMode.STRICT
+    if early is not None and runs_campaign and early.end_campaign(config, strict=strict):
+        return
     # The campaign's modules load only when there is a campaign to run; the fixtures' (the
     # ledger, the runner) only once it passed its checks, so a usage error comes without them.
     from pytest_haico.campaign.setup import build_campaign

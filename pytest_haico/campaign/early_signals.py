@@ -4,7 +4,7 @@ From the plugin's registration (among pytest's entry points, before conftests, o
 plugins' configure and the modules a campaign loads) until configure knows whether the
 session runs a campaign, the three signals are held, not acted on: nothing has started
 yet, and Python's default for TERM and USR1 is to die without finalizers. A campaign
-ends at once if one came before its modules load (`end_campaign`: exit 75), or else
+ends at once if one came before its modules load (`end_campaign`: exit 75, one line), or else
 takes them over (`SessionSignals.install`), which ends it as its collection begins, the
 campaign's way (exit 75, its summary); any other session gets the handlers it had back,
 and a held signal goes to them, as it would have without the plugin. A session that
@@ -61,22 +61,50 @@ class EarlySignals:
         for signum in pending:
             signal.raise_signal(signum)
 
-    def end_campaign(self, *, strict: bool) -> None:
-        """A campaign whose session held a signal before anything started ends now, with the
-        exit code the signal gives it later (INT in strict mode pytest's own 2, else 75):
-        nothing is started, in flight or to record, and the campaign's modules never load."""
+    def end_campaign(self, config: pytest.Config, *, strict: bool) -> bool:
+        """Whether a campaign whose session held a signal before anything started ends now,
+        with the exit code the signal gives it later (INT in strict mode pytest's own 2, else
+        75): nothing is started, in flight or to record, and the campaign's modules never
+        load. Its session collects nothing and says so in one line (`EarlyEnd`)."""
         if not self.pending:
-            return
+            return False
         from pytest_haico.campaign.summary import EXIT_RESUBMIT
 
         first = self.pending[0]
         interrupted = first is signal.SIGINT and strict
         code = pytest.ExitCode.INTERRUPTED if interrupted else EXIT_RESUBMIT
-        pytest.exit(
-            f"haico: {first.name} before the campaign started (exit {code:d}): nothing ran, "
-            "nothing was recorded",
-            returncode=code,
+        line = (
+            f"{first.name} before the campaign started (exit {code:d}): nothing ran, nothing "
+            "was recorded"
         )
+        config.pluginmanager.register(EarlyEnd(line, code), EARLY_END_PLUGIN)
+        return True
+
+
+EARLY_END_PLUGIN = "haico-early-end"
+
+
+class EarlyEnd:
+    """The session of a campaign ended before it started: it collects nothing, its haico
+    summary is the one `line` (`pytest.exit` here would print it twice: pytest's `Exit:`
+    and its interrupt banner), and it exits with `code`."""
+
+    def __init__(self, line: str, code: int) -> None:
+        self.line = line
+        self.code = code
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self) -> bool:
+        return True  # nothing to collect: the campaign never started
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        from pytest_haico.campaign.summary import write_stop_line
+
+        write_stop_line(terminalreporter, self.line)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        session.exitstatus = self.code
 
 
 EARLY_SIGNALS_KEY = pytest.StashKey[EarlySignals]()

@@ -94,6 +94,12 @@ def write_summary(
         terminal.write_line(f"{recorder.owed_retry} item(s) must run again: rerun the same command")
 
 
+def write_stop_line(terminal: pytest.TerminalReporter, line: str) -> None:
+    """The haico section of a session that ended before its campaign started: one line."""
+    terminal.section("haico")
+    terminal.write_line(line, red=True)
+
+
 def exit_status(
     status: int,
     *,

@@ -93,7 +93,7 @@ class Timeline:
         self.path = run_dir / FILE_NAME
         self._clock = clock
         self._mode = file_mode
-        self._failed = False
+        self.write_failure: OSError | None = None  # the first write that failed
         self.doc: dict[str, Any] = {
             "schema": SCHEMA,
             "run_id": run_id,
@@ -109,14 +109,15 @@ class Timeline:
         self._write()
 
     def _write(self) -> None:
-        """The whole document, atomically; a failure is logged once, never raised: the
-        timeline is an account of the run, not a reason to stop it."""
+        """The whole document, atomically; a failure is logged once and kept, never raised:
+        the timeline is an account of the run, not a reason to stop it (its run's start
+        decides on `write_failure`)."""
         data = json.dumps(self.doc, indent=1, sort_keys=True) + "\n"
         try:
             write_atomic(self.path, data.encode(), mode=self._mode)
         except OSError as exc:
-            if not self._failed:
-                self._failed = True
+            if self.write_failure is None:
+                self.write_failure = exc
                 _log.warning("haico: %s could not be written: %s", self.path, exc)
 
     def _phase(self, name: str) -> dict[str, Any]:

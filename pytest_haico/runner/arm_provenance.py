@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_haico.errors import DumpError
+from pytest_haico.files import start_write_error
 from pytest_haico.provenance.dumps import DumpKind
 from pytest_haico.provenance.model_server import startup_values
 from pytest_haico.provenance.runconfig import RunConfig, previous_run
@@ -103,7 +104,11 @@ class ArmProvenance:
         for key, value in {**details, **startup_details}.items():
             config.detail(key, value)
         config.detail("metrics_start", self._metrics(stack.llm_url))
-        config.write()
+        try:
+            config.write()
+        except OSError as exc:  # the run's provenance is not optional: its start fails
+            what = "write run-config.env/.json in"
+            raise start_write_error(what, self._run_dir, exc, owner="run directory") from exc
         self.run_config = config
         earlier = previous_run(self._run_dir.parent, self._run_dir)
         if earlier is not None:

@@ -113,6 +113,10 @@ class ArmRun:
 
     def _start(self) -> HaicoStack:
         life, conversations, timeline = self._life, self._conversations, self.timeline
+        # A run directory that takes no write (a full disk) ends the start before anything
+        # starts, with one line; the services' logs are checked as they open.
+        timeline.check_written()
+        self.request.gate_log.check_written()
         stack = life.open()
         self.redactor = Redactor(stack.secrets)
         self.request.recorder.use_redactor(self.arm.name, self.redactor)
@@ -133,6 +137,7 @@ class ArmRun:
             gates = self._start_call(channel.dynamic_gates)
             timeline.end("dynamic_gates")
             self.request.gate_log.check(gates, redactor=self.redactor)
+            self.request.gate_log.check_written()
             life.check_interrupted()
             view = _view(self.arm.name, stack)
             if self.request.gates_only:

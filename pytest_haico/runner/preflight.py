@@ -17,6 +17,7 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import ConfigError, GateFailedError
+from pytest_haico.files import start_write_error
 from pytest_haico.gates import filesystem, gpu, static
 from pytest_haico.gates.dynamic import JUDGE, SERVED_MODEL
 from pytest_haico.gates.result import (
@@ -64,6 +65,7 @@ class GateLog:
         self.path = path
         self.file_mode = file_mode
         self.results: tuple[GateResult, ...] = ()
+        self.write_failure: OSError | None = None  # the newest write of gates.json, if it failed
 
     def check(self, results: Sequence[GateResult], *, redactor: Redactor) -> None:
         """Keep `results`, rewrite gates.json, raise `GateFailedError` at a failure."""
@@ -74,9 +76,20 @@ class GateLog:
             # Never over the gate's own line: a results directory that takes no writes
             # is what gate results_writable reports.
             _log.warning("haico: %s not written: %s", self.path, exc)
+            self.write_failure = exc
+        else:
+            self.write_failure = None
         failure = first_failure(results)
         if failure is not None:
             raise GateFailedError(failure_line(failure), results=self.results)
+
+    def check_written(self) -> None:
+        """The gates passed: a gates.json that could not be written (a full disk) ends the
+        stack's start with the one line of a start-up write (exit 78)."""
+        if self.write_failure is not None:
+            raise start_write_error(
+                "write the gates' results", self.path, self.write_failure, owner="run directory"
+            )
 
 
 class ArmPreflights:

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_haico.files import start_write_error
 from pytest_haico.ledger.model_metrics import FILE_NAME, Sample
 from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.ledger.timeline import Timeline, job_section, shares_line
@@ -53,6 +54,15 @@ class RunTimeline:
             file_mode=self._mode,
         )
         self.timeline.note("concurrency", self.concurrency)
+
+    def check_written(self) -> None:
+        """Before the stack starts: a timeline.json that could not be written (a full disk)
+        ends the start with the one line of a start-up write (exit 78)."""
+        failure = self.timeline.write_failure
+        if failure is not None:
+            raise start_write_error(
+                "write the run's timeline", self.timeline.path, failure, owner="run directory"
+            )
 
     def start(self, phase: str) -> None:
         self.timeline.start(phase)

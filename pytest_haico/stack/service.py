@@ -23,7 +23,7 @@ from pytest_haico.errors import PortInUseError, StackError
 from pytest_haico.files import (
     PRIVATE_FILE_MODE,
     create_file,
-    describe_write_failure,
+    start_write_error,
     write_all,
 )
 from pytest_haico.procfs import (
@@ -215,10 +215,8 @@ class ServiceProcess:
     def _log_failure(self, exc: OSError) -> StackError:
         """The service's log cannot be written (a full disk, a quota, a read-only file
         system): where, on which file system, and the fix; the brief names the file."""
-        what = f"write the {self.service.name} log"
-        return StackError(
-            describe_write_failure(what, self.log_path, exc, owner="log"),
-            brief=f"cannot {what}: {exc.strerror} (where and the fix: the haico summary)",
+        return start_write_error(
+            f"write the {self.service.name} log", self.log_path, exc, owner="log"
         )
 
     def spawn(self) -> None:

@@ -92,8 +92,14 @@ class _Model:
     started: bool  # this validation started the kept stack (and stops it)
 
 
-class _Terminated(Exception):
-    """SIGTERM reached `haico validate`."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM reached `haico validate` (a KeyboardInterrupt, so that what stops on Ctrl-C
+    stops on it too); `run` is the run it stopped, `records` where that run's are."""
+
+    def __init__(self) -> None:
+        super().__init__("SIGTERM")
+        self.run: str | None = None
+        self.records: Path | None = None
 
 
 def validate(request: Request, *, say: Say) -> int:
@@ -101,6 +107,15 @@ def validate(request: Request, *, say: Say) -> int:
     try:
         with _terminate_as_exception():
             return _validate(request, say)
+    except _Terminated as stopped:
+        during = f" during the {stopped.run} run" if stopped.run else ""
+        records = f"its records: {stopped.records}; " if stopped.records else ""
+        say(
+            f"haico: validate: stopped by SIGTERM{during} (exit {NOT_FINISHED}): nothing "
+            f"compared; {records}rerun the same command for a new validation (another "
+            "--campaign if it names one)"
+        )
+        return NOT_FINISHED
     except KeyboardInterrupt:
         say("haico: validate: interrupted; nothing compared")
         return NOT_FINISHED
@@ -145,7 +160,11 @@ def _validate(request: Request, say: Say) -> int:
         runs: list[str] = []
         for build in builds:
             before = _ledger_runs(ledgers)
-            status = _run(build, argv, env, say)
+            try:
+                status = _run(build, argv, env, say)
+            except _Terminated as stopped:
+                stopped.run, stopped.records = build.role, campaign_dir / arm
+                raise
             if status != 0:
                 return _not_finished(build, status, campaign_dir / arm, say)
             new = sorted(_ledger_runs(ledgers) - before)  # one pytest process: one run id
@@ -278,9 +297,11 @@ def _run(build: Build, argv: list[str], env: dict[str, str], say: Say) -> int:
         try:
             return process.wait()
         except _Terminated:
+            # The run records what is in flight and stops its stack (its exit 75); then the
+            # worktree and the model's stack go.
             process.send_signal(signal.SIGTERM)
             process.wait()
-            return NOT_FINISHED
+            raise
         except KeyboardInterrupt:  # the run had the same Ctrl-C: it records what was in flight
             process.wait()
             return NOT_FINISHED
@@ -303,18 +324,22 @@ def _ledger_runs(ledgers: Path) -> set[str]:
 
 @contextlib.contextmanager
 def _terminate_as_exception() -> Iterator[None]:
-    """SIGTERM raises, so the run is stopped and the worktree and the stack go away."""
+    """The first SIGTERM raises `_Terminated`, so the run is stopped and the worktree and
+    the stack go away; the next ones (Slurm's, a second `kill`) never cut that short."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def raise_terminated(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, _stopping)
         raise _Terminated
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
-    except _Terminated:
-        raise KeyboardInterrupt from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _stopping(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM while `haico validate` stops already: it is stopping."""

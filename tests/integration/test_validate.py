@@ -17,6 +17,8 @@ import pytest
 
 from pytest_haico import procfs
 from tests.harness import CONVERSATION_MODULE, CampaignProject
+from tests.polling import wait_for
+from tests.procs import tree
 
 PYTHON = shlex.quote(sys.executable)
 STANDIN = f"{PYTHON} -m pytest_haico.standins.backend --port {{port}}"
@@ -238,3 +240,106 @@ def test_a_run_that_does_not_finish_exits_75_and_an_empty_selection_2(project: P
         "of arm other"
     )
     assert _haico(project, "stack", "down", "demo").returncode == 0
+
+
+# The baseline of the SIGTERM test: the stand-in backend, holding a turn that asks it to.
+HOLDING = """\
+import asyncio
+import sys
+
+from pytest_haico.standins import backend, backend_app
+
+plan_turn = backend_app.plan_turn
+
+
+async def holding(request, **kwargs):
+    if "Please hold" in request.query:  # until the run is stopped
+        await asyncio.sleep(3600)
+    return await plan_turn(request, **kwargs)
+
+
+backend_app.plan_turn = holding
+sys.exit(backend.main())
+"""
+TEMPLATE = f"{PYTHON} backend.py --port {{port}}"
+HOLD_SCRIPT = """\
+- id: wait
+  turns:
+    - user: "Please hold."
+"""
+
+
+def test_a_sigterm_while_the_first_run_converses_ends_everything_with_75_and_one_line(
+    project: Path,
+) -> None:
+    (project / "experiments" / "arms" / "demo.toml").write_text("[run]\nconcurrency = 2\n")
+    (project / "experiments" / "scripts" / "wait.yaml").write_text(HOLD_SCRIPT)
+    repo = project / "backend"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "dev@example.org")
+    _git(repo, "config", "user.name", "dev")
+    (repo / "backend.py").write_text(HOLDING)
+    _git(repo, "add", "backend.py")
+    _git(repo, "commit", "-qm", "a backend that holds")
+    (repo / "backend.py").write_text(BACKEND)
+    _git(repo, "commit", "-qam", "the backend")
+    tmpdir = Path(os.environ["TMPDIR"])
+    out = project / "validate.out"
+    with out.open("wb") as sink:
+        validate = subprocess.Popen(
+            [
+                sys.executable, "-m", "pytest_haico", "validate", "--campaign", "held",
+                "--backend-repo", str(repo), "--backend-cmd", TEMPLATE, "--baseline", "HEAD~1",
+                "--candidate", "HEAD", "--", "-k", "greet or wait",
+            ],
+            cwd=project, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        ledgers = project / "results" / "held" / "demo" / "ledger"
+
+        def recorded() -> bool:
+            return any(path.read_text() for path in ledgers.glob("*.jsonl"))
+
+        wait_for(recorded, timeout=300, what="the baseline run's first record")
+        kept = json.loads((tmpdir / f"pytest-haico-{os.getuid()}/stacks/demo.json").read_text())
+        started = tree([validate.pid]) - {validate.pid}  # the run, its services
+        commands = [_cmdline(pid) for pid in started]
+        validate.send_signal(signal.SIGTERM)
+        status = validate.wait(timeout=300)
+    finally:
+        if validate.poll() is None:
+            validate.kill()
+            validate.wait()
+    output = out.read_text()
+    assert status == 75, output
+    # One line of its own: what stopped it, where the records are, what to rerun.
+    (line,) = [line for line in output.splitlines() if "validate: stopped" in line]
+    assert line == (
+        "haico: validate: stopped by SIGTERM during the baseline run (exit 75): nothing "
+        f"compared; its records: {project}/results/held/demo; rerun the same command for a "
+        "new validation (another --campaign if it names one)"
+    )
+    assert "Traceback" not in output
+    # The baseline's pytest got the signal and ended its conversations, its stack with it.
+    assert any(b"--haico-backend-cmd" in command for command in commands), commands
+    assert "terminated (exit 75): SIGTERM" in output
+    assert tree(started) == set(), output
+    # The stack it started for both runs is down, nothing of it is left.
+    kept_pids = [(kept["supervisor_pid"], kept["supervisor_start_time"])]
+    kept_pids += [(s["pid"], s["start_time"]) for s in kept["services"]]
+    assert not [pid for pid, start in kept_pids if procfs.is_alive(pid, start)], output
+    # The commit's worktree is gone; the completed record is kept, the held one interrupted.
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1
+    assert not list(tmpdir.glob("haico-validate-*"))
+    (baseline,) = _records(project / "results" / "held").values()
+    verdicts = {r["script"]: r["verdict"] for r in baseline}
+    assert verdicts["greet"] == "completed"
+    assert verdicts.get("wait", "interrupted") == "interrupted"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

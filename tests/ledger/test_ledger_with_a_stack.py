@@ -139,3 +139,51 @@ def test_transcripts_get_the_results_mode(campaign: CampaignProject) -> None:
     assert len(modes) == 2
     assert set(modes.values()) == {0o600}
     assert stat.S_IMODE(transcripts.stat().st_mode) == 0o700
+
+
+# A conftest that fills the file system of `filler` as the first item sets up: after the
+# run's claim and gates.json, before its stack starts.
+FILL_AT_FIRST_SETUP = """
+import errno
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    with open({filler!r}, "ab", buffering=0) as handle:
+        for _ in range(1 << 20):
+            try:
+                handle.write(bytes(4096))
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                return
+"""
+
+
+def test_a_disk_full_at_the_runs_timeline_exits_78_with_one_line_and_keeps_the_records(
+    campaign: CampaignProject, tmpfs: Mount
+) -> None:
+    campaign.arm("demo")
+    campaign.scripts("a.jsonl", quick_scripts(2))
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    runs = tmpfs(campaign.arm_dir("demo") / "runs", size="4m")
+    first = campaign.run_subprocess("--haico-exit", "campaign", "-k", "q0")
+    assert first.ret == 0, first.stdout.str()
+    campaign.write("conftest.py", FILL_AT_FIRST_SETUP.format(filler=str(runs / "filler.bin")))
+
+    full = campaign.run_subprocess("--haico-exit", "campaign")
+    assert full.ret == 78, full.stdout.str()
+    full.stdout.fnmatch_lines(
+        [
+            "stack failed (exit 78): the stack of arm demo did not start: cannot write the "
+            f"run's timeline {runs}/*/timeline.json: [[]Errno 28[]] No space left on device on "
+            f"the file system mounted at {runs} (tmpfs from tmpfs, device *). Free space on "
+            "that file system, or choose another results directory (--haico-results, "
+            "CLUSTER_WORK), then rerun the same command: the items not done run again",
+        ]
+    )
+    output = full.stdout.str()
+    assert output.count("Free space on that file system") == 1  # the rest say where it is
+    assert "Traceback" not in output and "E   OSError" not in output
+    assert [(r["script"], r["verdict"]) for r in campaign.records("demo")] == [("q0", "completed")]

@@ -1,10 +1,13 @@
 """`haico report --html` on a hand-written campaign of two arms with timelines and model
 samples: the summary first (failures first), the allocation, small multiples only where
-there are enough points, factored provenance, and every item linked to its transcript."""
+there are enough points, factored provenance, every item linked to its transcript, and its
+filters as a user works them in headless Chromium (over the DevTools pipe, `tests.devtools`)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from pytest_haico.cli.main import main
 from pytest_haico.ledger.model_metrics import COLUMNS, Sample, csv_line
 from pytest_haico.report.html import SECTIONS
 from pytest_haico.report.html_plots import MIN_POINTS
+from tests.devtools import Browser
 from tests.results.ledgers import record, write_ledger
 
 TIMELINE = {
@@ -208,3 +212,43 @@ def test_every_item_links_to_its_transcript_with_filters_by_arm_stratum_and_verd
     assert '<details id="item-0" data-arm="demo" data-stratum="default" ' in text
     assert text.count("<b>user:</b> hi") == 17
     assert "http://" not in text and "https://" not in text
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Each listed item's arm and verdict, and whether the page shows it.
+ROWS = """[...document.querySelectorAll('table.items tr[data-verdict]')]
+  .map(r => [r.dataset.arm, r.dataset.verdict, r.getClientRects().length > 0])"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
+def test_choosing_a_filter_in_chromium_hides_the_other_rows_and_all_brings_them_back(
+    campaign: Path, tmp_path: Path
+) -> None:
+    assert CHROMIUM is not None
+    page = tmp_path / "r.html"
+    _render(campaign, tmp_path)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    with Browser(CHROMIUM, tmp_path / "chromium", env=env) as browser:
+        browser.open(page.as_uri())
+        every = browser.evaluate(ROWS)
+        assert len(every) == 6 + 1 + (MIN_POINTS - 1) + 6 and all(shown for *_, shown in every)
+
+        browser.choose('select[data-filter="verdict"]', "expectation_failed")
+        assert browser.evaluate('document.querySelector("[data-filter=verdict]").value') == (
+            "expectation_failed"
+        )
+        rows = browser.evaluate(ROWS)
+        assert sorted((arm, verdict) for arm, verdict, shown in rows if shown) == [
+            ("demo", "expectation_failed"),
+            ("other", "expectation_failed"),
+            ("other", "expectation_failed"),
+        ]
+        browser.choose('select[data-filter="arm"]', "other")  # both filters hold
+        rows = browser.evaluate(ROWS)
+        assert [(arm, verdict) for arm, verdict, shown in rows if shown] == [
+            ("other", "expectation_failed")
+        ] * 2
+
+        browser.choose('select[data-filter="verdict"]', "")
+        browser.choose('select[data-filter="arm"]', "")
+        assert browser.evaluate(ROWS) == every

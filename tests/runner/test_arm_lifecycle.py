@@ -82,6 +82,35 @@ def test_a_failed_start_raises_a_stack_error_and_the_stack_stops_exactly_once(
     assert harness.channel.conversing == 0
 
 
+@pytest.mark.parametrize(
+    ("target", "what", "started"),
+    [
+        ("results/demo/runs/local-test.0/timeline.json", "the run's timeline", 0),
+        ("gates.json", "the gates' results", 0),
+        ("results/demo/runs/local-test.0/run-config.env", "run-config.env/.json in", 1),
+    ],
+    ids=["timeline", "gates", "run-config"],
+)
+def test_a_start_up_write_that_fails_ends_the_start_with_one_line_naming_file_and_fix(
+    tmp_path: Path, target: str, what: str, started: int
+) -> None:
+    (tmp_path / target).mkdir(parents=True)  # a write there fails as on a full disk
+    harness = ArmHarness(tmp_path)
+    harness.run.request.gate_log.check((), redactor=harness.run.redactor)  # the preflight's
+    with pytest.raises(StackError) as raised:
+        harness.run.start()
+    harness.run.stop()
+    message = str(raised.value)
+    assert message.startswith(f"cannot write {what} {tmp_path}/"), message
+    assert "[Errno 21] Is a directory on the file system " in message
+    assert message.endswith("then rerun the same command: the items not done run again")
+    assert raised.value.brief == f"cannot write {what}: Is a directory (where and the fix: " + (
+        "the haico summary)"
+    )
+    # Nothing started before the run's first files; a stack that started is stopped.
+    assert (harness.stack.started, harness.stack.stopped) == (started, started)
+
+
 def test_a_failing_stop_step_still_stops_the_stack_exactly_once(harness: ArmHarness) -> None:
     harness.run.start()
     harness.channel.close_error = RuntimeError("the client would not close")  # logged

@@ -3,6 +3,7 @@ with exit 2 before anything starts."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,16 @@ def test_a_missing_build_is_argparses_usage_error(capsys: pytest.CaptureFixture[
     assert capsys.readouterr().err.splitlines()[-1] == (
         "haico validate: error: the following arguments are required: --candidate"
     )
+
+
+def test_only_the_first_sigterm_raises_so_the_stop_it_starts_is_never_cut_short() -> None:
+    previous = signal.getsignal(signal.SIGTERM)
+    stopped: list[str] = []
+    with pytest.raises(session._Terminated), session._terminate_as_exception():
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            signal.raise_signal(signal.SIGTERM)  # Slurm's next, while the run stops
+            stopped.append("the worktree and the stack")
+    assert stopped == ["the worktree and the stack"]
+    assert signal.getsignal(signal.SIGTERM) == previous
