@@ -213,7 +213,7 @@ def main() -> None:
                     print(f"  {name:<9}  {run.line()}  load {load:.1f} before", flush=True)
 
     def med(name: str, field: str) -> float:
-        return statistics.median(getattr(run, field) for run in runs[name])
+        return statistics.median(float(getattr(run, field)) for run in runs[name])
 
     turns = args.conversations * args.turns
     kind = "artifact turns (two model calls)" if args.artifacts else "one-call turns"

@@ -43,7 +43,7 @@ HISTORY: list[BaseMessage] = [
 ]
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
+def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: Any = None) -> bytes:
     choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
     body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
     body |= {"choices": choices, "usage": usage}
