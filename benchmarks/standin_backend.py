@@ -4,7 +4,8 @@ Run: python benchmarks/standin_backend.py [--baseline REF] [--conversations N] [
      [--concurrency C] [--repeats R] [--artifacts]
 
 One Postgres and one stand-in model server (persona helpful, no latency) serve every run.
-Each run starts a stand-in backend, from this tree or from REF's `pytest_haico` (exported
+Each run starts a stand-in backend on a fresh database (so start-up includes its
+migrations, as in a stack), from this tree or from REF's `pytest_haico` (exported
 with `git archive`; default: the merge-base with main), sends two warm-up turns, then N
 conversations of T turns at C in flight, and stops it. The two alternate (A B, B A, ...),
 so a co-tenant's load moves both. Per run: spawn -> healthy (wall), the CPU spent by then,
@@ -32,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pytest_haico.procfs import read_proc_stat
 from pytest_haico.stack import Orchestrator, PostgresService
@@ -130,14 +134,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def fresh_database(dsn: str) -> str:
+    """A new, empty database on the server of `dsn` (as a stack's is); its DSN."""
+    name = "bench_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return make_conninfo(dsn, dbname=name)
+
+
 def run_backend(cwd: Path, dsn: str, body: dict[str, object], args: argparse.Namespace) -> Run:
-    """One backend from `cwd`'s `pytest_haico`: started, warmed up, measured, stopped."""
+    """One backend from `cwd`'s `pytest_haico` on a fresh database: started, warmed up,
+    measured, stopped."""
     port = free_port()
     env = {
         **os.environ,
         "ADMIN_DEFAULT_API_TOKEN": ADMIN_TOKEN,
         "VLLM_API_KEY": API_KEY,
-        "HAICO_DATABASE_URL": dsn,
+        "HAICO_DATABASE_URL": fresh_database(dsn),
     }
     argv = [sys.executable, "-m", "pytest_haico.standins.backend", "--port", str(port)]
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
