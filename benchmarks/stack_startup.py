@@ -77,7 +77,10 @@ def test_baseline():
         json.dump({{"at": time.time()}}, handle)
 """
 
-ARM = "# Every setting at its default: the local profile's stand-ins, persona helpful.\n"
+ARM = (
+    "# Every other setting at its default: the local profile's stand-ins, persona helpful.\n"
+    'description = "stack start-up benchmark"\n'
+)
 SCRIPT = "id: a\nturns:\n  - user: Hello, who are you?\n"
 
 

@@ -21,6 +21,9 @@ logger = logging.getLogger("pytest_haico.standins.backend")
 ADMIN_TOKEN_ENV = "ADMIN_DEFAULT_API_TOKEN"
 API_KEY_ENV = "VLLM_API_KEY"
 DATABASE_URL_ENV = "HAICO_DATABASE_URL"
+# Seconds the start-up waits for the database before giving up: the stack may start the
+# backend while its Postgres is still being copied and started (30 s at most).
+DATABASE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
     configure_logging(settings.secrets)
     # Imported only now: LangGraph takes seconds to import, a bad argument should not wait.
+    # The database is set up (in a thread) while the rest imports.
+    from pytest_haico.standins.snapshots import start_database_setup
+
+    database = start_database_setup(settings.database_url, timeout=DATABASE_TIMEOUT_S)
     from pytest_haico.standins.backend_app import build_app
 
     logger.info(
@@ -107,7 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "on" if settings.recursion_flag else "off",
     )
     return run_app(
-        build_app(settings), host=settings.host, port=settings.port, stopping=asyncio.Event()
+        build_app(settings, database),
+        host=settings.host,
+        port=settings.port,
+        stopping=asyncio.Event(),
     )
 
 

@@ -8,6 +8,7 @@ import gc
 import hmac
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,12 +32,7 @@ from pytest_haico.standins.model_client import (
     provider_for,
 )
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
-from pytest_haico.standins.snapshots import (
-    Pool,
-    SnapshotStore,
-    setup_database,
-    wait_for_database,
-)
+from pytest_haico.standins.snapshots import Pool, SnapshotStore
 from pytest_haico.standins.turns import (
     TurnRecording,
     TurnRefusedError,
@@ -49,9 +45,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pytest_haico.standins.backend")
 
-# Seconds the start-up waits for the database before giving up: the stack may start the
-# backend while its Postgres is still being copied and started (30 s at most).
-DATABASE_TIMEOUT_S = 60.0
+# Seconds the pool waits for its first connection, once the database is set up.
+POOL_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -68,8 +63,9 @@ class _Resources:
 class _BackendApp:
     """The request handlers and the resources they share."""
 
-    def __init__(self, settings: BackendSettings) -> None:
+    def __init__(self, settings: BackendSettings, database: Future[None]) -> None:
         self.settings = settings
+        self._database = database  # set up in a thread, from before the app was imported
         self.redactor = Redactor(settings.secrets)
         self.limiter = (
             SlidingWindowLimiter(settings.rate_limit_rpm) if settings.rate_limit_rpm else None
@@ -102,9 +98,8 @@ class _BackendApp:
             )
             # Before the wait: while the stack is still starting Postgres, it costs no time.
             agents.warm_up()
-            await wait_for_database(self.settings.database_url, timeout=DATABASE_TIMEOUT_S)
-            await pool.open(wait=True, timeout=DATABASE_TIMEOUT_S)
-            await setup_database(pool, saver)
+            await asyncio.wrap_future(self._database)
+            await pool.open(wait=True, timeout=POOL_TIMEOUT_S)
             self._resources = _Resources(pool, saver, SnapshotStore(pool), http_clients, agents)
             # What start-up made lives as long as the process: out of the collector's sight,
             # a full collection no longer walks LangGraph's modules and schemas (~0.1 s, a
@@ -194,9 +189,10 @@ class _BackendApp:
         )
 
 
-def build_app(settings: BackendSettings) -> Starlette:
-    """The ASGI app: ``GET /api/health`` and ``POST /api/query/stream_steps/sse``."""
-    handlers = _BackendApp(settings)
+def build_app(settings: BackendSettings, database: Future[None]) -> Starlette:
+    """The ASGI app: ``GET /api/health`` and ``POST /api/query/stream_steps/sse``; its
+    start-up waits for *database*, the outcome of `start_database_setup`."""
+    handlers = _BackendApp(settings, database)
     return Starlette(
         routes=[
             Route("/api/health", handlers.health, methods=["GET"]),

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
 import psycopg
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 Pool = AsyncConnectionPool[AsyncConnection[DictRow]]
@@ -93,15 +95,42 @@ async def wait_for_database(conninfo: str, *, timeout: float) -> None:
             return
 
 
-async def setup_database(pool: Pool, saver: AsyncPostgresSaver) -> None:
-    """Create or migrate the checkpointer's tables and ``workspace_snapshots``."""
-    async with pool.connection() as conn:
+async def setup_database(conninfo: str, *, timeout: float) -> None:
+    """Wait for the database, then create or migrate the checkpointer's tables and
+    ``workspace_snapshots``, on a connection of its own."""
+    await wait_for_database(conninfo, timeout=timeout)
+    connection = await AsyncConnection.connect(
+        conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row
+    )
+    async with connection as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK_KEY,))
         try:
-            await saver.setup()
+            await AsyncPostgresSaver(conn).setup()
             await conn.execute(SNAPSHOTS_DDL)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+
+
+def start_database_setup(conninfo: str, *, timeout: float) -> Future[None]:
+    """`setup_database` in a thread of its own, from now on; its outcome.
+
+    Started before the backend imports LangGraph and its model client (over a second of
+    CPU, in the main thread), the wait for a Postgres still starting and the migrations
+    (a commit each) overlap that import instead of following it. The thread imports
+    nothing: everything it runs is imported with this module.
+    """
+    outcome: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            asyncio.run(setup_database(conninfo, timeout=timeout))
+        except BaseException as exc:
+            outcome.set_exception(exc)
+        else:
+            outcome.set_result(None)
+
+    threading.Thread(target=run, name="database-setup", daemon=True).start()
+    return outcome
 
 
 class SnapshotStore:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,7 +31,7 @@ from pytest_haico.standins.model_client import (
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
 from pytest_haico.standins.snapshots import wait_for_database
 from pytest_haico.standins.turns import TurnUsage
-from tests.standins.standin_procs import LlmServers, free_port
+from tests.standins.standin_procs import LlmServers, create_database, free_port
 
 
 @pytest.mark.parametrize(
@@ -192,3 +195,25 @@ async def test_waiting_for_a_database_that_never_answers_raises_its_last_error()
     dsn = f"postgresql://postgres:secret@127.0.0.1:{free_port()}/haico"
     with pytest.raises(psycopg.OperationalError, match="Connection refused"):
         await wait_for_database(dsn, timeout=0.3)
+
+
+SETUP_IN_A_THREAD = """
+import os, sys
+from pytest_haico.standins.snapshots import start_database_setup
+before = set(sys.modules)
+start_database_setup(os.environ["DSN"], timeout=10).result(timeout=60)
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_the_database_is_set_up_in_a_thread_that_imports_nothing(postgres_dsn: str) -> None:
+    # The backend's main thread imports LangGraph meanwhile: a second importer could meet
+    # half-initialised modules.
+    dsn = create_database(postgres_dsn)
+    env = {**os.environ, "DSN": dsn}
+    command = [sys.executable, "-c", SETUP_IN_A_THREAD]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    with psycopg.connect(dsn) as conn:
+        tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}
+    assert {"checkpoints", "checkpoint_writes", "workspace_snapshots"} <= tables
