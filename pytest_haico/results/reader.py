@@ -222,12 +222,12 @@ def _orphans(
     """Transcripts `<item_id>.<run_id>.<attempt>.jsonl` of attempts without a record
     (`recorded_ids`: the arm's records' item_id, run_id and attempt)."""
     try:
-        names = [e.name for e in os.scandir(arm_dir / "transcripts")]
+        names = set(os.listdir(arm_dir / "transcripts"))
     except OSError:
         return []
     recorded = {f"{item}.{run_id}.{attempt}.jsonl" for item, run_id, attempt in recorded_ids}
     orphans = []
-    for name in sorted(set(names) - recorded):
+    for name in sorted(names - recorded):
         item_id, _, rest = name.partition(".")
         run_id, _, attempt = rest.removesuffix(".jsonl").rpartition(".")
         if not name.endswith(".jsonl") or not run_id or not attempt.isdigit():
