@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_haico.cli import arguments
 from pytest_haico.config.bounds import MAX_CONCURRENCY
-from pytest_haico.config.resolution import Places
-from pytest_haico.config.settings import Profile
+
+if TYPE_CHECKING:  # settings imports pytest: every haico command would wait for it
+    from pytest_haico.config.resolution import Places
+    from pytest_haico.config.settings import Profile
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,6 +72,7 @@ def _identity(
     """The profile and site image the campaign's items get their ids under: the newest
     submission's (what its jobs ran), else the profile pytest resolves (--haico-profile's
     environment variable and ini key, default local) and the project's cluster.env."""
+    from pytest_haico.config.settings import Profile
     from pytest_haico.config.values import enum_parser
     from pytest_haico.submit.inputs import submitted_identity
 

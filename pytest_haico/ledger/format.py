@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_haico.errors import ResultsError
+from pytest_haico.ledger.damage import damaged_field
 
 if TYPE_CHECKING:
     from pytest_haico.ledger.records import LedgerRecord
@@ -258,64 +259,6 @@ def _iter_records(
             warn(f"{path}:{number}: skipped a damaged record: {problem}")
             continue
         yield RawRecord(data, path, number)
-
-
-# -- Damaged records ---------------------------------------------------------------------
-# A record's optional counts and seconds: what the readers add, sort, plot or print.
-_TURN_COUNTS = ("tokens_in", "tokens_out", "steps", "tool_calls", "tool_errors")
-_TURN_SECONDS = ("latency_s", "first_event_s")
-
-
-def damaged_field(data: dict[str, Any]) -> str | None:
-    """The first field of a record that a reader cannot use (`repeat` not an integer, a
-    turn's `tokens_in` a string, `duration_s` negative or infinite, `turns` no list of
-    objects), as "field (value): why"; None for a usable record. `iter_ledger` skips such
-    a record, so every reader skips it."""
-    for name in ("stratum", "script"):
-        value = data.get(name)
-        if value is not None and type(value) is not str:
-            return f"{name} ({value!r}): not a string"
-    for name, seconds in (("repeat", False), ("duration_s", True)):
-        if (why := _unusable(data.get(name), seconds)) is not None:
-            return f"{name} ({data.get(name)!r}): {why}"
-    turns = data.get("turns")
-    if turns is None:
-        return None
-    if type(turns) is not list:
-        return f"turns ({type(turns).__name__}): not a list"
-    for number, turn in enumerate(turns, 1):
-        if type(turn) is not dict:
-            return f"turn {number}: not an object"
-        for name in _TURN_COUNTS:  # inline tests first: a record has a few per turn
-            value = turn.get(name)
-            if value is not None and (type(value) is not int or value < 0):
-                return f"turn {number} {name} ({value!r}): {_unusable(value, False)}"
-        for name in _TURN_SECONDS:
-            value = turn.get(name)
-            if (
-                value is not None
-                and not (type(value) is float and 0 <= value < math.inf)
-                and (why := _unusable(value, True)) is not None
-            ):
-                return f"turn {number} {name} ({value!r}): {why}"
-    return None
-
-
-def _unusable(value: object, seconds: bool) -> str | None:
-    """Why an optional count (or seconds) value is unusable; None when it is usable."""
-    if value is None:
-        return None
-    if not seconds:
-        if type(value) is not int:
-            return "not an integer"
-        return "negative" if value < 0 else None
-    if type(value) is not int and type(value) is not float:
-        return "not a number"
-    try:
-        usable = 0 <= float(value) < math.inf  # False for NaN
-    except OverflowError:  # an int beyond any float
-        usable = False
-    return None if usable else "not a finite number >= 0"
 
 
 # The fast paths check the fields of `damaged_field` that lead a line (stratum and script

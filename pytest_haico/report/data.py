@@ -9,6 +9,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -133,53 +134,75 @@ REPORT_FIELDS = ("adaptations", "turns.tokens_in", "turns.tokens_out")
 
 def build_report(results: Results) -> Report:
     """The figures of every arm × stratum and every run (its loops are the report's cost
-    for 100,000 records: they read the records' data directly)."""
+    for 100,000 records: they count in C where they can, and read record data directly)."""
     newest = results.newest()
+    attempts = results.attempts
     cells: dict[tuple[str, str], Cell] = {}
-    for attempt, kind in zip(results.attempts, results.attempt_kinds(), strict=True):
-        key = (attempt.arm, attempt.stratum)
-        cell = cells.get(key) or cells.setdefault(key, Cell(*key))
-        cell.retries += kind == RETRY
-        cell.reruns += kind == RERUN
-    recorded = False
+    kinds = Counter(
+        zip(map(_ARM, attempts), map(_STRATUM, attempts), results.attempt_kinds(), strict=True)
+    )
+    for (arm, stratum, kind), number in kinds.items():
+        cell = cells.get((arm, stratum)) or cells.setdefault((arm, stratum), Cell(arm, stratum))
+        if kind == RETRY:
+            cell.retries += number
+        elif kind == RERUN:
+            cell.reruns += number
+    by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in newest:
-        data = record.data
-        cell = cells[(record.arm, record.stratum)]
-        cell.items += 1
-        verdict = data["verdict"]
-        cell.verdicts[verdict] = cell.verdicts.get(verdict, 0) + 1
-        turns = data.get("turns")
-        if type(turns) is list:
-            cell.turns += len(turns)
-            for turn in turns:
-                if type(turn) is dict:
-                    cell.tokens_in += turn.get("tokens_in") or 0
-                    cell.tokens_out += turn.get("tokens_out") or 0
-        duration = data.get("duration_s")
-        if verdict in MEASURED_VERDICTS and isinstance(duration, int | float):
-            cell.durations.append(float(duration))
-        adaptations = data.get("adaptations")
-        if adaptations is not None:
-            recorded = True
-            cell.adaptations += len(adaptations) if isinstance(adaptations, list) else 1
-    runs = list(_runs(results.attempts))
+        by_cell.setdefault((record.arm, record.stratum), []).append(record.data)
+    recorded = False
+    for key, datas in by_cell.items():
+        recorded |= _add_newest(cells[key], datas)
+    runs = list(_runs(attempts))
     ordered = [cells[key] for key in sorted(cells)]
     return Report(results, ordered, runs, newest, recorded)
 
 
-def _runs(attempts: Iterable[Attempt]) -> Iterable[RunInfo]:
-    first: dict[tuple[Path, str], str] = {}
-    counts: Counter[tuple[Path, str]] = Counter()
-    for attempt in attempts:
-        key = (attempt.arm_dir, attempt.run_id)
-        counts[key] += 1
-        started = attempt.started_at
-        if started is not None and (key not in first or started < first[key]):
-            first[key] = started
-    for key in counts:
-        first.setdefault(key, "")
+_ARM, _ARM_DIR, _RUN_ID = attrgetter("arm"), attrgetter("arm_dir"), attrgetter("run_id")
+_STRATUM, _STARTED_AT = attrgetter("stratum"), attrgetter("started_at")
+_VERDICT, _DURATION = itemgetter("verdict"), methodcaller("get", "duration_s")
+
+
+def _add_newest(cell: Cell, datas: list[dict[str, Any]]) -> bool:
+    """Count the newest records' `datas` into `cell`; whether one has `adaptations`."""
+    cell.items += len(datas)
+    verdicts = list(map(_VERDICT, datas))
+    cell.verdicts = dict(Counter(verdicts))
+    cell.durations = [
+        float(duration)
+        for verdict, duration in zip(verdicts, map(_DURATION, datas), strict=True)
+        if verdict in MEASURED_VERDICTS and isinstance(duration, int | float)
+    ]
+    turns_count = tokens_in = tokens_out = 0
+    recorded = False
+    for data in datas:
+        turns = data.get("turns")
+        if type(turns) is list:
+            turns_count += len(turns)
+            for turn in turns:
+                if type(turn) is dict:
+                    tokens_in += turn.get("tokens_in") or 0
+                    tokens_out += turn.get("tokens_out") or 0
+        adaptations = data.get("adaptations")
+        if adaptations is not None:
+            recorded = True
+            cell.adaptations += len(adaptations) if isinstance(adaptations, list) else 1
+    cell.turns, cell.tokens_in, cell.tokens_out = turns_count, tokens_in, tokens_out
+    return recorded
+
+
+def _runs(attempts: list[Attempt]) -> Iterable[RunInfo]:
+    starts: dict[tuple[Path, str], list[str | None]] = {}  # each run's attempts' starts
+    runs = zip(map(_ARM_DIR, attempts), map(_RUN_ID, attempts), strict=True)
+    for key, started in zip(runs, map(_STARTED_AT, attempts), strict=True):
+        run_starts = starts.get(key)
+        if run_starts is None:
+            starts[key] = [started]
+        else:
+            run_starts.append(started)
+    first = {key: min(filter(None, run), default="") for key, run in starts.items()}
     for (arm_dir, run_id), started in sorted(first.items()):
-        count = counts[(arm_dir, run_id)]
+        count = len(starts[(arm_dir, run_id)])
         run_dir = arm_dir / "runs" / run_id
         config = read_run_config(run_dir)
         adaptations = [
