@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_haico.cli import arguments
-from pytest_haico.config.bounds import MAX_CONCURRENCY
+from pytest_haico.config.limits import MAX_CONCURRENCY
 
 if TYPE_CHECKING:  # settings imports pytest: every haico command would wait for it
     from pytest_haico.config.resolution import Places

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_haico.config.bounds import AUTO, MAX_CONCURRENCY, Concurrency
+from pytest_haico.config.bounds import Concurrency
+from pytest_haico.config.limits import AUTO, MAX_CONCURRENCY
 from pytest_haico.errors import ConfigError
 
 if TYPE_CHECKING:

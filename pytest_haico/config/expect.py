@@ -7,12 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from pytest_haico.config.bounds import (
-    MAX_NAME_CHARS,
-    MAX_RECURSION_LIMIT,
-    MAX_TURN_CHARS,
-    not_blank,
-)
+from pytest_haico.config.bounds import not_blank
+from pytest_haico.config.limits import MAX_NAME_CHARS, MAX_RECURSION_LIMIT, MAX_TURN_CHARS
 
 
 def check_regular_expression(value: str) -> str:

@@ -14,11 +14,6 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_va
 
 from pytest_haico.config.bounds import (
     ARM_NAME,
-    MAX_ARM_FILE_BYTES,
-    MAX_REPEATS,
-    MAX_TAGS,
-    MAX_TURN_CHARS,
-    MAX_TURNS,
     RESERVED_MARKERS,
     TAG,
     Name,
@@ -27,6 +22,13 @@ from pytest_haico.config.bounds import (
 )
 from pytest_haico.config.documents import describe_place, is_script_file, iter_documents
 from pytest_haico.config.expect import Expect
+from pytest_haico.config.limits import (
+    MAX_ARM_FILE_BYTES,
+    MAX_REPEATS,
+    MAX_TAGS,
+    MAX_TURN_CHARS,
+    MAX_TURNS,
+)
 from pytest_haico.config.sections import (
     AgentSection,
     BackendSection,

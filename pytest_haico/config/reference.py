@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, PlainValidator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from pytest_haico.config import bounds, expect
+from pytest_haico.config import bounds, expect, limits
 from pytest_haico.config.expect import Expect
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.sections import PERSONAS, Persona, Section
@@ -40,7 +40,7 @@ REGENERATE = "python -m pytest_haico.config.reference README.md"
 # What each validator a key passes through asks of its value, in the bounds column.
 _VALIDATORS: dict[Callable[..., Any], str] = {
     bounds.not_blank: "not blank",
-    bounds.check_concurrency: f'1 to {bounds.MAX_CONCURRENCY:,}, or "auto"',
+    bounds.check_concurrency: f'1 to {limits.MAX_CONCURRENCY:,}, or "auto"',
     bounds.check_slurm_time: f"a Slurm time limit ({SLURM_TIME_FORMATS})",
     bounds.check_parser_name: "one word",
     expect.check_regular_expression: "compiles as a Python regular expression",

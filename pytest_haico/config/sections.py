@@ -11,6 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pytest_haico.config.bounds import (
     ARM_NAME,
+    ArmConcurrency,
+    Finite,
+    Name,
+    ParserName,
+    SlurmTime,
+    Text,
+)
+from pytest_haico.config.limits import (
     DEFAULT_MAX_CONCURRENCY,
     MAX_CONCURRENCY,
     MAX_CPUS,
@@ -23,12 +31,6 @@ from pytest_haico.config.bounds import (
     MAX_SEED,
     MAX_TOKENS,
     MAX_TURN_TIMEOUT_S,
-    ArmConcurrency,
-    Finite,
-    Name,
-    ParserName,
-    SlurmTime,
-    Text,
 )
 from pytest_haico.config.validation import FieldError as _FieldError
 
