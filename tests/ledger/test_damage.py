@@ -19,7 +19,16 @@ _TURN = TurnRecord(
     index=0, latency_s=2.5, first_event_s=0.5, steps=3, tool_calls=1, tokens_in=10, tokens_out=5
 )
 _SHAPES: tuple[Any, ...] = (0, 1, -1, True, 1.0, -0.0, math.nan, math.inf, -1e308, None, "1", [])
-_MISSING = object()
+
+
+class _Missing:
+    """The field taken away; its repr names it in the test id (the same on every worker)."""
+
+    def __repr__(self) -> str:
+        return "missing"
+
+
+_MISSING = _Missing()
 
 
 def _written() -> dict[str, Any]:
