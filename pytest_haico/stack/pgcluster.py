@@ -117,6 +117,7 @@ class Owner:
         a directory the janitor is about to remove; `helpers.cancel()` kills it too.
         """
         helpers = helpers if helpers is not None else Helpers()
+        helpers.check()  # a stopped preparation starts nothing
         with log_path.open("ab") as log:
             offset = log.tell()
             log.write(f"--- pytest-haico: {' '.join(argv)}\n".encode())

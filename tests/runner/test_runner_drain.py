@@ -12,7 +12,7 @@ import pytest
 
 from pytest_haico.errors import NotAdmittedError
 from pytest_haico.runner.loop import Runner
-from tests.polling import wait_for_return
+from tests.polling import wait_for, wait_for_return
 from tests.runner.conftest import TIMEOUT, Gates, MakeRunner, echo
 
 
@@ -29,13 +29,23 @@ def test_drain_waits_for_in_flight_conversations_and_their_records(
     runner.submit("a", converse)
     runner.submit("queued", converse)
     gates.wait_started("a")
+    # An hour's drain: it returns when "a" has ended, never at its timeout. "a" may end only
+    # once the drain stopped admission, or "queued" would take its slot first.
+    failures: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            runner.drain(3600, reason="USR1: the walltime is near")
+        except BaseException as exc:  # handed to the test's thread
+            failures.append(exc)
+
+    draining = threading.Thread(target=drain, daemon=True)
+    draining.start()
+    wait_for(lambda: runner.stop_reason is not None, timeout=60, what="the drain to begin")
     gates.open("a")
-    # An hour's drain: it returns when "a" has ended, never at its timeout.
-    wait_for_return(
-        lambda: runner.drain(3600, reason="USR1: the walltime is near"),
-        timeout=60,
-        what="the drain to return once the conversation in flight ended",
-    )
+    draining.join(60)
+    assert not draining.is_alive(), "the drain did not return once the conversation ended"
+    assert failures == []
     # Both are settled the moment drain returns: no waiting.
     assert runner.wait("a", timeout=0) == "answer"
     with pytest.raises(NotAdmittedError, match="USR1"):

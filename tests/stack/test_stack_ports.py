@@ -31,18 +31,29 @@ def test_base_port_is_stable_per_job_and_below_the_ephemeral_range() -> None:
         assert PORT_LOW <= base < PORT_HIGH < 32768
 
 
+def _squat_a_base(squatter: socket.socket, state_dir: Path) -> tuple[str, PortPool]:
+    """Bind `squatter` to the base port of a job id whose base nobody else holds (tests
+    beside this one listen on loopback too): that job id and a pool of it."""
+    for job in range(777, 777 + 100):
+        pool = PortPool(state_dir, env={"SLURM_JOB_ID": str(job)})
+        try:
+            squatter.bind(("127.0.0.1", pool.base))
+        except OSError:
+            continue
+        return str(job), pool
+    raise AssertionError("100 neighbouring base ports are all in use")
+
+
 def test_claim_skips_bound_and_claimed_ports_and_releases(tmp_path: Path) -> None:
-    env = {"SLURM_JOB_ID": "777"}
-    first = PortPool(tmp_path, env=env)
-    second = PortPool(tmp_path, env=env)
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", first.base))
+        job, first = _squat_a_base(squatter, tmp_path)
+        second = PortPool(tmp_path, env={"SLURM_JOB_ID": job})
         squatter.listen()
         a = first.claim("a")
         b = second.claim("b")
         assert first.base not in (a, b) and a != b
         claim = PortClaim.model_validate_json((tmp_path / "ports" / f"{a}.json").read_text())
-        assert (claim.port, claim.job, claim.pid, claim.service) == (a, "777", os.getpid(), "a")
+        assert (claim.port, claim.job, claim.pid, claim.service) == (a, job, os.getpid(), "a")
         first.release(a)
         assert not (tmp_path / "ports" / f"{a}.json").exists()
         assert second.claim("c") == a
