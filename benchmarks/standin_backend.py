@@ -40,10 +40,11 @@ from psycopg.conninfo import make_conninfo
 from pytest_haico.procfs import read_proc_stat
 from pytest_haico.stack import Orchestrator, PostgresService
 from pytest_haico.stack.local import build_llm_service
+from pytest_haico.stack.service import new_secret
 
 TARGET_MS = 10.0
-ADMIN_TOKEN = "bench-admin-" + uuid.uuid4().hex
-API_KEY = "bench-key-" + uuid.uuid4().hex
+ADMIN_TOKEN = new_secret()  # per run, as the stack makes them
+API_KEY = new_secret()
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 REPOSITORY = Path(__file__).resolve().parent.parent
 
