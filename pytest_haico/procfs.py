@@ -1,5 +1,5 @@
-"""Processes as /proc shows them (stat, uid, session, listening sockets, the boot); parent-death
-signals. The only reader of /proc/<pid>/stat."""
+"""Processes as /proc shows them (stat, uid, session, the boot), the sockets listening on a port
+(sock_diag, /proc/net/tcp); parent-death signals. The only reader of /proc/<pid>/stat."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import ctypes
 import functools
 import os
 import signal
+import socket
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +102,70 @@ def iter_session(sid: int) -> Iterator[ProcStat]:
     return (stat for stat in iter_processes() if stat.sid == sid)
 
 
+# Linux's sock_diag netlink interface (linux/sock_diag.h, linux/inet_diag.h).
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST_DUMP = 0x1 | 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_TCP_LISTEN = 10
+_NLMSG_HEADER = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
+_DIAG_REQUEST = struct.Struct("=BBBBI48x")  # family, protocol, ext, pad, states; the socket id
+_DIAG_PORT = struct.Struct("!H")  # the source port, first in the socket id of a reply
+_DIAG_INODE = struct.Struct("=I")  # the last field of a reply (inet_diag_msg)
+_DIAG_INODE_AT = 4 + 48 + 16  # after the family/state/timer/retrans bytes, the id and 4 u32s
+
+
 def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes ("socket:[N]", as /proc/<pid>/fd links name them) listening on TCP
+    `port`, any address, IPv4 or IPv6.
+
+    Asked of the kernel's sock_diag (netlink), which walks only the listening sockets:
+    about 0.1 ms, where reading /proc/net/tcp walks every bucket of the connection table
+    (10 ms on a host with much memory), and a stack's start asks many times a second.
+    /proc/net/tcp answers where netlink is refused (a seccomp filter, an old kernel).
+    """
+    try:
+        return _diag_listening_inodes(port)
+    except OSError:
+        return _proc_listening_inodes(port)
+
+
+def _diag_listening_inodes(port: int) -> set[str]:
+    found: set[str] = set()
+    kind = socket.SOCK_RAW | socket.SOCK_CLOEXEC
+    with socket.socket(socket.AF_NETLINK, kind, _NETLINK_SOCK_DIAG) as link:
+        link.settimeout(1.0)  # the kernel answers at once; never hang a health check
+        for family in (socket.AF_INET, socket.AF_INET6):
+            request = _DIAG_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN)
+            header = _NLMSG_HEADER.pack(
+                _NLMSG_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0
+            )
+            link.send(header + request)
+            found |= _read_dump(link, port)
+    return found
+
+
+def _read_dump(link: socket.socket, port: int) -> set[str]:
+    """The inodes of the replies for `port`, until the dump's end."""
+    found: set[str] = set()
+    while True:
+        data = link.recv(65536)
+        if not data:
+            raise OSError("sock_diag: the dump ended without its end message")
+        offset = 0
+        while offset + _NLMSG_HEADER.size <= len(data):
+            length, kind, _, _, _ = _NLMSG_HEADER.unpack_from(data, offset)
+            body = offset + _NLMSG_HEADER.size
+            if kind == _NLMSG_DONE:
+                return found
+            if kind == _NLMSG_ERROR or length < _NLMSG_HEADER.size + _DIAG_INODE_AT + 4:
+                raise OSError(f"sock_diag: refused (message type {kind})")
+            if _DIAG_PORT.unpack_from(data, body + 4)[0] == port:
+                found.add(f"socket:[{_DIAG_INODE.unpack_from(data, body + _DIAG_INODE_AT)[0]}]")
+            offset += (length + 3) & ~3
+
+
+def _proc_listening_inodes(port: int) -> set[str]:
     found: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
