@@ -1,7 +1,7 @@
 """Benchmark: the stand-in backend's CPU per turn and its start-up, this tree against a baseline.
 
 Run: python benchmarks/standin_backend.py [--baseline REF] [--conversations N] [--turns T]
-     [--concurrency C] [--repeats R] [--artifacts]
+     [--concurrency C] [--repeats R] [--artifacts] [--baseline-without uvloop,httptools]
 
 One Postgres and one stand-in model server (persona helpful, no latency) serve every run.
 Each run starts a stand-in backend on a fresh database (so start-up includes its
@@ -143,7 +143,19 @@ def fresh_database(dsn: str) -> str:
     return make_conninfo(dsn, dbname=name)
 
 
-def run_backend(cwd: Path, dsn: str, body: dict[str, object], args: argparse.Namespace) -> Run:
+def backend_argv(port: int, without: tuple[str, ...]) -> list[str]:
+    """The backend's command; `without`: modules it must run as if not installed."""
+    argv = ["-m", "pytest_haico.standins.backend", "--port", str(port)]
+    if without:  # uvicorn's "auto" picks uvloop and httptools whenever it can import them
+        hide = f"import sys; sys.modules.update(dict.fromkeys({list(without)!r}))"
+        run = "import runpy; runpy.run_module('pytest_haico.standins.backend', run_name='__main__')"
+        argv = ["-c", f"{hide}; sys.argv[0] = 'backend'; {run}", "--port", str(port)]
+    return [sys.executable, *argv]
+
+
+def run_backend(
+    cwd: Path, dsn: str, body: dict[str, object], args: argparse.Namespace, without: tuple[str, ...]
+) -> Run:
     """One backend from `cwd`'s `pytest_haico` on a fresh database: started, warmed up,
     measured, stopped."""
     port = free_port()
@@ -153,7 +165,7 @@ def run_backend(cwd: Path, dsn: str, body: dict[str, object], args: argparse.Nam
         "VLLM_API_KEY": API_KEY,
         "HAICO_DATABASE_URL": fresh_database(dsn),
     }
-    argv = [sys.executable, "-m", "pytest_haico.standins.backend", "--port", str(port)]
+    argv = backend_argv(port, without)
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
         began = time.perf_counter()
         process = subprocess.Popen(argv, cwd=cwd, env=env, stderr=log)
@@ -191,6 +203,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (default 3)")
     parser.add_argument("--artifacts", action="store_true", help="turns that call the tool")
+    parser.add_argument(
+        "--baseline-without",
+        default="",
+        help="modules the baseline runs without, comma-separated (dependencies added since; "
+        "e.g. uvloop,httptools against a ref from before the stand-ins' extra had them)",
+    )
     args = parser.parse_args()
     ref = (
         args.baseline
@@ -202,6 +220,7 @@ def main() -> None:
             check=True,
         ).stdout.strip()
     )
+    hidden = tuple(name for name in args.baseline_without.split(",") if name)
     runs: dict[str, list[Run]] = {"baseline": [], "this tree": []}
     with tempfile.TemporaryDirectory(prefix="haico-bench-backend-") as tmp:
         trees = {"baseline": export_baseline(ref, Path(tmp)), "this tree": REPOSITORY}
@@ -222,7 +241,8 @@ def main() -> None:
                 order = list(trees) if repeat % 2 == 0 else list(reversed(trees))
                 for name in order:
                     load = os.getloadavg()[0]
-                    run = run_backend(trees[name], postgres.dsn, body, args)
+                    without = hidden if name == "baseline" else ()
+                    run = run_backend(trees[name], postgres.dsn, body, args, without)
                     runs[name].append(run)
                     print(f"  {name:<9}  {run.line()}  load {load:.1f} before", flush=True)
 
@@ -233,7 +253,7 @@ def main() -> None:
     kind = "artifact turns (two model calls)" if args.artifacts else "one-call turns"
     print(
         f"medians of {args.repeats} runs each: {turns} {kind} at {args.concurrency} in flight; "
-        f"baseline {ref[:12]}"
+        f"baseline {ref[:12]}" + (f" without {', '.join(hidden)}" if hidden else "")
     )
     for field, label, unit in (
         ("cpu_ms_per_turn", "CPU per turn", "ms"),

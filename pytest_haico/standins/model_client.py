@@ -11,6 +11,7 @@ from langchain_openai import ChatOpenAI
 from openai._base_client import make_request_options
 
 from pytest_haico.standins.backend_wire import ModelConfig
+from pytest_haico.standins.model_stream import LeanChatOpenAI
 
 # With no key configured vLLM accepts anything; "EMPTY" is its documented placeholder. Never
 # fall back to OPENAI_API_KEY: that would send a real provider key to a local server.
@@ -141,8 +142,8 @@ def build_chat_model(
     config: ModelConfig, *, api_key: str | None, http_clients: ModelHttpClients
 ) -> ChatOpenAI:
     """ChatOpenAI for one request's model config: streaming with usage, no retries, its
-    asynchronous calls through `LeanCompletions`."""
-    model = ChatOpenAI(
+    asynchronous calls through `LeanCompletions` and its stream merged as it arrives."""
+    model = LeanChatOpenAI(
         base_url=config.endpoint_url,
         model=config.model_id,
         api_key=api_key or NO_KEY,  # type: ignore[arg-type]  # str is accepted at runtime

@@ -1,15 +1,19 @@
-"""The backend's model calls: the lean client sends and reads exactly what the SDK's does."""
+"""The backend's model calls: the lean client and the merged stream send, read and raise exactly
+what the SDK and ChatOpenAI do."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_openai import ChatOpenAI
+from langchain_openai.chat_models._client_utils import StreamChunkTimeoutError
 
 from pytest_haico.standins.agent import write_document
 from pytest_haico.standins.backend_wire import ModelConfig
@@ -18,6 +22,7 @@ from pytest_haico.standins.model_client import (
     ModelHttpClients,
     build_chat_model,
 )
+from pytest_haico.standins.model_stream import LeanChatOpenAI
 
 CONFIG = ModelConfig(
     API="openai",
@@ -72,9 +77,13 @@ def clients(answer: Callable[[httpx.Request], httpx.Response]) -> ModelHttpClien
 
 
 async def call_model(
-    answer: Callable[[httpx.Request], httpx.Response], *, lean: bool
+    answer: Callable[[httpx.Request], httpx.Response],
+    *,
+    lean: bool,
+    chunk_timeout: float | None = None,
 ) -> tuple[AIMessage | BaseException, list[httpx.Request]]:
-    """One streamed call over HISTORY with the tool bound; what it returned and sent."""
+    """One streamed call over HISTORY with the tool bound; what it returned and sent. Stock:
+    the same model with ChatOpenAI's own methods and the SDK's own completions client."""
     sent: list[httpx.Request] = []
 
     def record(request: httpx.Request) -> httpx.Response:
@@ -82,8 +91,12 @@ async def call_model(
         return answer(request)
 
     model = build_chat_model(CONFIG, api_key="key", http_clients=clients(record))
+    assert isinstance(model, LeanChatOpenAI)
     assert isinstance(model.async_client, LeanCompletions)
-    if not lean:  # the SDK's own, as ChatOpenAI sets it up
+    if chunk_timeout is not None:
+        model.stream_chunk_timeout = chunk_timeout
+    if not lean:
+        model.__class__ = ChatOpenAI  # same fields, ChatOpenAI's own _astream
         model.async_client = model.root_async_client.chat.completions
     try:
         reply = await model.bind_tools([write_document]).ainvoke(HISTORY)
@@ -115,16 +128,97 @@ async def test_the_request_is_the_sdks() -> None:
     assert body["tools"][0]["function"]["name"] == "write_document"
 
 
+def sse(*chunks: bytes) -> Callable[[httpx.Request], httpx.Response]:
+    content = b"".join(chunks)
+    return lambda request: httpx.Response(
+        200, content=content, headers={"content-type": "text/event-stream"}
+    )
+
+
+USAGE = chunk(None, usage={"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12})
+DONE = b"data: [DONE]\n\n"
+SECOND = {"index": 1, "id": "call-3", "type": "function"}
+STREAMS = {
+    "text and a tool call": streamed,
+    "text only": sse(
+        chunk({"role": "assistant", "content": ""}),
+        *(chunk({"content": word}) for word in ("On", " Rhodes", ",", " the", " sun.")),
+        chunk({}, finish="stop"),
+        USAGE,
+        DONE,
+    ),
+    "two tool calls, interleaved": sse(
+        chunk({"role": "assistant", "content": None}),
+        chunk({"tool_calls": [{**CALL, "function": {"name": "write_document", "arguments": ""}}]}),
+        chunk({"tool_calls": [{**SECOND, "function": {"name": "write_", "arguments": '{"ti'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"title": "A"}'}}]}),
+        chunk({"tool_calls": [{"index": 1, "function": {"name": "document"}}]}),
+        chunk({"tool_calls": [{**SECOND, "function": {"arguments": 'tle": 1}'}}]}),  # id again
+        chunk({}, finish="tool_calls"),
+        USAGE,
+        DONE,
+    ),
+    "arguments cut at max_tokens": sse(
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"tool_calls": [{**CALL, "function": {"name": "write_document", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"title": "Rho'}}]}),
+        chunk({}, finish="length"),
+        USAGE,
+        DONE,
+    ),
+    "odd chunks: no delta, no choices, no usage": sse(
+        chunk({"role": "assistant", "content": "On"}),
+        b'data: {"id": "c1", "choices": [{"index": 0, "delta": null, "finish_reason": "x"}]}\n\n',
+        chunk(None),
+        chunk({"content": " Rhodes"}, finish="stop"),
+        DONE,
+    ),
+    "nothing but the end": sse(DONE),
+}
+
+
 @pytest.mark.asyncio
-async def test_the_streamed_reply_is_read_alike() -> None:
-    stock, _ = await call_model(streamed, lean=False)
-    lean, _ = await call_model(streamed, lean=True)
-    assert isinstance(stock, AIMessage) and isinstance(lean, AIMessage)
-    assert lean.content == stock.content == "On Rhodes"
-    assert lean.tool_calls == stock.tool_calls
-    assert lean.tool_calls[0]["args"] == {"title": "R"}
+@pytest.mark.parametrize("answer", STREAMS.values(), ids=STREAMS.keys())
+async def test_the_streamed_reply_is_read_alike(
+    answer: Callable[[httpx.Request], httpx.Response],
+) -> None:
+    stock, _ = await call_model(answer, lean=False)
+    lean, _ = await call_model(answer, lean=True)
+    if isinstance(stock, BaseException):
+        assert type(lean) is type(stock) and str(lean) == str(stock)
+        return
+    assert isinstance(lean, AIMessage)
+    for field in ("content", "tool_calls", "invalid_tool_calls", "additional_kwargs"):
+        assert getattr(lean, field) == getattr(stock, field), field
     assert lean.usage_metadata == stock.usage_metadata
     assert lean.response_metadata == stock.response_metadata
+
+
+@pytest.mark.asyncio
+async def test_the_merged_reply_is_the_first_streams() -> None:
+    lean, _ = await call_model(streamed, lean=True)
+    assert isinstance(lean, AIMessage)
+    assert lean.content == "On Rhodes"
+    assert lean.tool_calls[0]["args"] == {"title": "R"}
+    assert lean.usage_metadata is not None and lean.usage_metadata["total_tokens"] == 12
+    assert lean.response_metadata["finish_reason"] == "tool_calls"
+
+
+def stalled(request: httpx.Request) -> httpx.Response:
+    async def body() -> AsyncIterator[bytes]:
+        yield chunk({"role": "assistant", "content": "On"})
+        await asyncio.sleep(30)  # cancelled by the chunk timeout
+
+    return httpx.Response(200, content=body(), headers={"content-type": "text/event-stream"})
+
+
+@pytest.mark.asyncio
+async def test_a_stalled_stream_ends_by_the_chunk_timeout_alike() -> None:
+    stock, _ = await call_model(stalled, lean=False, chunk_timeout=0.2)
+    lean, _ = await call_model(stalled, lean=True, chunk_timeout=0.2)
+    assert isinstance(stock, StreamChunkTimeoutError)
+    assert type(lean) is type(stock) and str(lean) == str(stock)
+    assert lean.chunks_received == stock.chunks_received == 1
 
 
 def refused(request: httpx.Request) -> httpx.Response:
