@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import sys
@@ -98,6 +99,10 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> BackendSe
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the stand-in backend until SIGTERM/SIGINT."""
+    # No garbage collection while LangGraph, LangChain and the OpenAI SDK import (they make
+    # objects, not garbage; the collections cost 15% of the import): the app's start-up
+    # freezes what it made and turns the collector back on.
+    gc.disable()
     settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
     configure_logging(settings.secrets)
     # Imported only now: LangGraph takes seconds to import, a bad argument should not wait.
