@@ -91,12 +91,12 @@ async def call_model(
         return answer(request)
 
     model = build_chat_model(CONFIG, api_key="key", http_clients=clients(record))
-    assert isinstance(model, LeanChatOpenAI)
+    assert type(model) is LeanChatOpenAI
     assert isinstance(model.async_client, LeanCompletions)
     if chunk_timeout is not None:
         model.stream_chunk_timeout = chunk_timeout
     if not lean:
-        model.__class__ = ChatOpenAI  # same fields, ChatOpenAI's own _astream
+        object.__setattr__(model, "__class__", ChatOpenAI)  # same fields, stock _astream
         model.async_client = model.root_async_client.chat.completions
     try:
         reply = await model.bind_tools([write_document]).ainvoke(HISTORY)
@@ -217,6 +217,7 @@ async def test_a_stalled_stream_ends_by_the_chunk_timeout_alike() -> None:
     stock, _ = await call_model(stalled, lean=False, chunk_timeout=0.2)
     lean, _ = await call_model(stalled, lean=True, chunk_timeout=0.2)
     assert isinstance(stock, StreamChunkTimeoutError)
+    assert isinstance(lean, StreamChunkTimeoutError)
     assert type(lean) is type(stock) and str(lean) == str(stock)
     assert lean.chunks_received == stock.chunks_received == 1
 
