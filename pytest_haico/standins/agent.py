@@ -93,18 +93,21 @@ class AgentCache:
             self._graphs.move_to_end(config)
         return graph
 
-    def warm_up(self) -> None:
-        """Build (and drop) an agent for a placeholder endpoint, at start-up.
-
-        The first ChatOpenAI and the first compilation import and initialise about 0.1 s
-        worth of modules; done here, that stays out of the first turn, where every turn
-        in flight would wait for it.
-        """
-        self._build(ModelConfig(API="openai", model_id="warm-up", endpoint_url=_WARM_UP_URL))
-
     def _build(self, config: ModelConfig) -> Graph:
         model = build_chat_model(config, api_key=self._api_key, http_clients=self._http_clients)
         return build_agent(model, self._checkpointer)
+
+
+def warm_up(checkpointer: BaseCheckpointSaver[Any], *, http_clients: ModelHttpClients) -> None:
+    """Build (and drop) an agent for a placeholder endpoint, at start-up.
+
+    The first ChatOpenAI and the first compilation import and initialise about 0.1 s worth
+    of modules; done here, that stays out of the first turn, where every turn in flight
+    would wait for it. *checkpointer* is only compiled in, never called.
+    """
+    config = ModelConfig(API="openai", model_id="warm-up", endpoint_url=_WARM_UP_URL)
+    model = build_chat_model(config, api_key=None, http_clients=http_clients)
+    build_agent(model, checkpointer)
 
 
 def step_fields(message: BaseMessage) -> dict[str, Any]:

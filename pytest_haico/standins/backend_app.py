@@ -7,10 +7,10 @@ import contextlib
 import gc
 import hmac
 import logging
-from collections.abc import AsyncIterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection
@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from pytest_haico.redact import Redactor
-from pytest_haico.standins.agent import AgentCache
+from pytest_haico.standins.agent import AgentCache, warm_up
 from pytest_haico.standins.backend_wire import QueryRequest, error_event, sse_data
 from pytest_haico.standins.model_client import (
     ModelHttpClients,
@@ -45,8 +45,40 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pytest_haico.standins.backend")
 
+T = TypeVar("T")
+
+# Every connection of the backend: autocommit, each statement prepared (the checkpointer's
+# are the same on every turn), rows as dicts (as the checkpointer reads them).
+CONNECTION_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "prepare_threshold": 0,
+    "row_factory": dict_row,
+}
+# The checkpointer's connection, as pg_stat_activity names it. Lost, it is not replaced: the
+# health check answers 503 and the turns fail, as with the database down.
+CHECKPOINTER_APPLICATION_NAME = "haico-backend-checkpointer"
 # Seconds the pool waits for its first connection, once the database is set up.
 POOL_TIMEOUT_S = 30.0
+
+
+class InlineExecutor(ThreadPoolExecutor):
+    """An executor that runs each call at once, in the caller's thread.
+
+    The event loop's default executor in the backend: what reaches it is CPU-bound under
+    the GIL (the checkpointer serialising and loading checkpoints with `asyncio.to_thread`,
+    LangChain running a sync function or callback with `run_in_executor`), so a thread adds
+    no parallelism, only a hop and a GIL hand-over per call (about 3 ms of CPU a turn).
+    A subclass of ThreadPoolExecutor, as asyncio's `set_default_executor` requires; it
+    never starts a thread.
+    """
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
 
 
 @dataclass
@@ -54,7 +86,7 @@ class _Resources:
     """What the app opens at start-up and closes at shutdown."""
 
     pool: Pool
-    saver: AsyncPostgresSaver
+    checkpoints: AsyncConnection[DictRow]  # the checkpointer's
     store: SnapshotStore
     http_clients: ModelHttpClients
     agents: AgentCache
@@ -82,25 +114,38 @@ class _BackendApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        asyncio.get_running_loop().set_default_executor(InlineExecutor())
         pool: Pool = AsyncConnectionPool(
             self.settings.database_url,
             connection_class=AsyncConnection[DictRow],
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            kwargs=CONNECTION_OPTIONS,
             min_size=1,
             max_size=10,
             open=False,
         )
-        saver = AsyncPostgresSaver(pool)
         http_clients = build_http_clients()
+        checkpoints: AsyncConnection[DictRow] | None = None
         try:
-            agents = AgentCache(
-                saver, http_clients=http_clients, api_key=self.settings.vllm_api_key
-            )
             # Before the wait: while the stack is still starting Postgres, it costs no time.
-            agents.warm_up()
+            warm_up(AsyncPostgresSaver(pool), http_clients=http_clients)
             await asyncio.wrap_future(self._database)
             await pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-            self._resources = _Resources(pool, saver, SnapshotStore(pool), http_clients, agents)
+            # The checkpointer's own connection: it holds a lock of its own around every
+            # statement, so a pool gave it no concurrency, only a checkout and a return per
+            # statement (about 0.8 ms of CPU a turn). The snapshot rows keep the pool.
+            checkpoints = await AsyncConnection.connect(
+                self.settings.database_url,
+                application_name=CHECKPOINTER_APPLICATION_NAME,
+                **CONNECTION_OPTIONS,
+            )
+            agents = AgentCache(
+                AsyncPostgresSaver(checkpoints),
+                http_clients=http_clients,
+                api_key=self.settings.vllm_api_key,
+            )
+            self._resources = _Resources(
+                pool, checkpoints, SnapshotStore(pool), http_clients, agents
+            )
             # What start-up made lives as long as the process: out of the collector's sight,
             # a full collection no longer walks LangGraph's modules and schemas (~0.1 s, a
             # stall of every turn in flight, a few times a campaign). The collector was off
@@ -113,6 +158,8 @@ class _BackendApp:
             yield
         finally:
             await http_clients.aclose()
+            if checkpoints is not None:
+                await checkpoints.close()
             await pool.close()
 
     def _authorized(self, request: Request) -> bool:
@@ -133,9 +180,14 @@ class _BackendApp:
         try:
             await self.resources.store.ping()
         except Exception as exc:
-            detail = self.redactor.redact(f"database unreachable: {exc}")
-            return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503)
+            return self._unavailable(f"database unreachable: {exc}")
+        if self.resources.checkpoints.closed:
+            return self._unavailable("the checkpointer's database connection was lost")
         return JSONResponse({"status": "ok"})
+
+    def _unavailable(self, detail: str) -> JSONResponse:
+        detail = self.redactor.redact(detail)
+        return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503)
 
     async def query(self, request: Request) -> Response:
         if not self._authorized(request):

@@ -8,9 +8,11 @@ import sys
 import uuid
 
 import httpx
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from pytest_haico.standins.backend_app import CHECKPOINTER_APPLICATION_NAME
 from tests.standins.standin_http import (
     ADMIN_TOKEN,
     API_KEY,
@@ -38,7 +40,8 @@ def _servers(llm_server: LlmServers, backend_server: BackendServers) -> None:
     llm_server.prefetch([("helpful", {}), ("hang", {}), ("helpful", {"api_key": "another-key"})])
     # Replicas of their own: these tests stop them.
     stoppable = [{"stop_signal": s, "replica": 1} for s in STOP_SIGNALS]
-    backend_server.prefetch([{}, {"rate_limit_rpm": 2}, *stoppable])
+    broken = {"replica": 2}  # its checkpointer's connection is cut
+    backend_server.prefetch([{}, {"rate_limit_rpm": 2}, broken, *stoppable])
 
 
 @pytest.fixture
@@ -130,6 +133,26 @@ def test_a_client_leaving_a_hanging_turn_leaves_the_backend_serving(
         )
     events = run_turn(backend.base_url, "hi", llm_server("helpful").endpoint_url, thread_id=None)
     assert events[-1]["type"] == "complete"
+
+
+def test_a_lost_checkpointer_connection_fails_turns_and_health(
+    backend_server: BackendServers, llm_server: LlmServers
+) -> None:
+    backend = backend_server(replica=2)  # of its own: it stays broken
+    endpoint = llm_server("helpful").endpoint_url
+    assert run_turn(backend.base_url, "hi", endpoint, thread_id=None)[-1]["type"] == "complete"
+    with psycopg.connect(backend.database_dsn, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            (CHECKPOINTER_APPLICATION_NAME,),
+        ).fetchall()
+    assert ended == [(True,)]
+    failed = run_turn(backend.base_url, "hi", endpoint, thread_id=None)[-1]
+    assert (failed["type"], failed["kind"]) == ("error", "internal")
+    health = get(backend.base_url + "/api/health", headers=auth(ADMIN_TOKEN))
+    assert health.status_code == 503
+    assert health.json()["detail"] == "the checkpointer's database connection was lost"
 
 
 def test_no_secret_reaches_the_log(backend: BackendServer, llm_server: LlmServers) -> None:

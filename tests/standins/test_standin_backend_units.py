@@ -8,6 +8,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pytest_haico.standins.agent import AgentCache
+from pytest_haico.standins.backend_app import InlineExecutor
 from pytest_haico.standins.backend_wire import ModelConfig
 from pytest_haico.standins.model_client import (
     LoopbackTransport,
@@ -217,3 +219,19 @@ def test_the_database_is_set_up_in_a_thread_that_imports_nothing(postgres_dsn: s
     with psycopg.connect(dsn) as conn:
         tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}
     assert {"checkpoints", "checkpoint_writes", "workspace_snapshots"} <= tables
+
+
+@pytest.mark.asyncio
+async def test_the_inline_executor_runs_to_thread_calls_in_the_loops_thread() -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(InlineExecutor())
+    caller, threads = threading.get_ident(), threading.active_count()
+
+    def fail() -> None:
+        raise ValueError("from the function")
+
+    assert await asyncio.to_thread(threading.get_ident) == caller
+    assert await loop.run_in_executor(None, sum, [1, 2, 3]) == 6
+    with pytest.raises(ValueError, match="from the function"):
+        await asyncio.to_thread(fail)
+    assert threading.active_count() == threads
