@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 import pytest_asyncio
 
+from pytest_haico import httpclient
 from pytest_haico.errors import InfraError, NotAdmittedError, RateLimitedError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY
 from pytest_haico.ledger.verdicts import Outcome, Verdict
@@ -68,12 +69,10 @@ def haico_stack(request: pytest.FixtureRequest) -> HaicoStack:
 @pytest_asyncio.fixture
 async def haico_client(haico_stack: HaicoStack) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx.AsyncClient bound to the arm's backend, with its admin token."""
-    import httpx
 
-    async with httpx.AsyncClient(
+    async with httpclient.async_client(
         base_url=haico_stack.backend_url,
         headers={"Authorization": f"Bearer {haico_stack.admin_token}"},
-        trust_env=False,
         timeout=60.0,
     ) as client:
         yield client

@@ -12,8 +12,9 @@ import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
 # The bottom layer: helpers for the outside world every part shares (the redaction filter,
-# files, /proc, durations as text). They import nothing of the package but `errors`.
-BOTTOM = {"redact", "files", "procfs", "durations"}
+# files, /proc, durations as text, HTTP clients). They import nothing of the package but
+# `errors`.
+BOTTOM = {"redact", "files", "procfs", "durations", "httpclient"}
 SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)
@@ -334,3 +335,31 @@ def not_slurm(project):
     assert _slurm_command_runs(planted) == [7, 10, 12, 13, 15, 17, 19, 23]
     # A command line built for `slurm/` to run, in a module that starts no process.
     assert _slurm_command_runs('argv = ["sbatch", "--parsable"]\nsubmit(argv)\n') == []
+
+
+# httpx's calls that make a client (and load the CA bundle); `httpclient` owns them.
+HTTPX_CLIENT_MAKERS = {"Client", "AsyncClient", "get", "post", "put", "delete", "request", "stream"}
+
+
+def _httpx_client_lines(source: str) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "httpx"
+        and node.func.attr in HTTPX_CLIENT_MAKERS
+    ]
+
+
+def test_only_httpclient_makes_the_harness_http_clients() -> None:
+    """The stand-ins, separate processes, make their own (one each)."""
+    made = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: an httpx client outside httpclient.py"
+        for module, path in _modules()
+        if module != "pytest_haico.httpclient" and _part(module) != "standins"
+        for line in _httpx_client_lines(path.read_text())
+    ]
+    assert not made, "\n".join(made)
+    assert _httpx_client_lines("import httpx\nhttpx.get(url)\nhttpx.AsyncClient()\n") == [2, 3]

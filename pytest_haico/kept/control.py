@@ -21,6 +21,7 @@ from typing import IO, Any
 import httpx
 from filelock import FileLock, Timeout
 
+from pytest_haico import httpclient
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.resolution import DEFAULT_CAMPAIGN
 from pytest_haico.config.settings import Profile
@@ -276,7 +277,7 @@ def _health(service: KeptService, state: KeptState) -> str:
         return f"healthy (accepts connections, {_ms(began)})"
     headers = {"Authorization": f"Bearer {state.admin_token}"} if service.health_auth else {}
     try:
-        response = httpx.get(service.health_url, headers=headers, timeout=2.0, trust_env=False)
+        response = httpclient.get(service.health_url, headers=headers, timeout=2.0)
     except httpx.HTTPError as exc:
         return f"GET {service.health_url}: {type(exc).__name__}: NOT HEALTHY"
     if not response.is_success:

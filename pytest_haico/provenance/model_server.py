@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from pytest_haico import httpclient
+
 # The vLLM metrics a run keeps (requests still running at the end were abandoned but
 # still generating).
 METRICS = (
@@ -45,7 +47,7 @@ def model_server_values(
     /v1/models) and vLLM's cache configuration (one GET /metrics)."""
     details: dict[str, Any] = {}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=timeout, trust_env=False) as c:
+    with httpclient.client(base_url=base_url, headers=headers, timeout=timeout) as c:
         values = server_identity(_get_json(c, "/version"))
         models = _get_json(c, "/v1/models")
         data = models.get("data", []) if models else []
@@ -78,7 +80,7 @@ def server_identity(version: dict[str, Any] | None) -> dict[str, str]:
 def model_server_metrics(base_url: str, *, timeout: float = 5.0) -> dict[str, float]:
     """The vLLM metrics of `METRICS` from GET /metrics (Prometheus text), summed over labels."""
     try:
-        response = httpx.get(f"{base_url}/metrics", timeout=timeout, trust_env=False)
+        response = httpclient.get(f"{base_url}/metrics", timeout=timeout)
     except httpx.HTTPError:
         return {}
     if response.status_code != 200:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import httpx
 
+from pytest_haico import httpclient
 from pytest_haico.driver.conversation import (
     ConversationProgress,
     ConversationResult,
@@ -60,7 +61,7 @@ class BackendChannel:
             max_keepalive_connections=self._concurrency,
             keepalive_expiry=3.0,
         )
-        self._client = httpx.AsyncClient(trust_env=False, timeout=None, limits=limits)
+        self._client = httpclient.async_client(timeout=None, limits=limits)
         try:
             self._snapshots = await PostgresSnapshotReader.connect(self._stack.readonly_dsn)
         except Exception as exc:
@@ -70,7 +71,7 @@ class BackendChannel:
     async def dynamic_gates(self) -> tuple[GateResult, ...]:
         """The model server's and the backend's gates, in DESIGN's order."""
         stack = self._stack
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with httpclient.async_client() as client:
             assert self._snapshots is not None
             canary = make_canary(
                 client,

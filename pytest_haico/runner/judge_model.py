@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_haico import httpclient
 from pytest_haico.driver.judging import JudgedTurn, JudgeVerdict
 from pytest_haico.errors import CatalogueError, JudgeError
 from pytest_haico.serve.resolver import ServedModel
@@ -73,7 +74,7 @@ def ask_judge(
     }
     url = f"{judge.endpoint}/chat/completions"
     problem = "not asked"
-    with httpx.Client(trust_env=False, timeout=timeout_s) as client:
+    with httpclient.client(timeout=timeout_s) as client:
         for attempt in range(1, attempts + 1):
             if attempt > 1:
                 time.sleep(RETRY_PAUSE_S * (attempt - 1))

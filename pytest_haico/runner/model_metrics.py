@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from pytest_haico import httpclient
 from pytest_haico.files import DEFAULT_FILE_MODE, append_line
 from pytest_haico.ledger.model_metrics import COLUMNS, Sample, csv_line
 from pytest_haico.procfs import read_proc_stat
@@ -190,7 +191,7 @@ class Sampler:
 
     def _run(self) -> None:
         """One sample at once, then one each interval until stopped."""
-        with httpx.Client(timeout=self._interval, trust_env=False) as client:
+        with httpclient.client(timeout=self._interval) as client:
             while True:
                 try:
                     self.sample_once(client)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from pytest_haico import httpclient
 from pytest_haico.errors import CatalogueError
 from pytest_haico.serve.catalogue import check_catalogue_dir, deregister, entry_path, read_entry
 from pytest_haico.serve.resolver import list_served, resolve_served, staleness
@@ -80,7 +81,7 @@ def status(catalogue: Path, name: str, *, say: Say) -> int:
         return 1
     health = f"http://{entry.host}:{entry.port}/health"
     try:
-        answer = httpx.get(health, timeout=5.0, trust_env=False)
+        answer = httpclient.get(health, timeout=5.0)
     except httpx.HTTPError as exc:
         say(f"  unhealthy: GET {health}: {type(exc).__name__}")
         return 1

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from pytest_haico import httpclient
 from pytest_haico.config.cluster_env import ClusterEnv, load_cluster_env
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.config.identity import model_identity
@@ -255,7 +256,7 @@ def _entry(
 def _vllm_version(port: int) -> str | None:
     """What the server's `GET /version` says (vLLM's, and the stand-in's); None if nothing."""
     try:
-        answer = httpx.get(f"http://127.0.0.1:{port}/version", timeout=5.0, trust_env=False)
+        answer = httpclient.get(f"http://127.0.0.1:{port}/version", timeout=5.0)
         version = answer.json().get("version") if answer.is_success else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return None

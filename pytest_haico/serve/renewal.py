@@ -21,6 +21,7 @@ from typing import Literal
 
 import httpx
 
+from pytest_haico import httpclient
 from pytest_haico.durations import MINUTE
 from pytest_haico.errors import ConfigError
 from pytest_haico.provenance.model_server import parse_metrics
@@ -125,11 +126,8 @@ def is_idle(metrics_url: str, api_key: str) -> bool:
     """Whether the server runs no request and has none waiting (its `/metrics`); a server
     that does not answer runs none that could finish."""
     try:
-        answer = httpx.get(
-            metrics_url,
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=5.0,
-            trust_env=False,
+        answer = httpclient.get(
+            metrics_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=5.0
         )
     except httpx.HTTPError:
         return True

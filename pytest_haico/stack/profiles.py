@@ -10,6 +10,7 @@ from types import TracebackType
 
 import httpx
 
+from pytest_haico import httpclient
 from pytest_haico.errors import StackError
 from pytest_haico.stack.orchestrator import Orchestrator, ServiceTiming
 from pytest_haico.stack.postgres import PostgresService
@@ -79,11 +80,10 @@ class HttpService:
     def probe(self, port: int) -> bool:
         """One GET of the health path; a cluster's proxy settings must not apply to loopback."""
         try:
-            response = httpx.get(
+            response = httpclient.get(
                 f"http://127.0.0.1:{port}{self.health_path}",
                 headers=dict(self.health_headers),
                 timeout=2.0,
-                trust_env=False,
             )
         except httpx.HTTPError:
             return False
