@@ -6,6 +6,7 @@ import http.server
 import threading
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from pytest_haico import httpclient
@@ -33,12 +34,16 @@ def server_url() -> Iterator[str]:
     server.server_close()
 
 
+def _tls_context(client: httpx.Client | httpx.AsyncClient) -> object:
+    """The TLS context of *client*'s connection pool (httpx's and httpcore's internals)."""
+    return client._transport._pool._ssl_context  # type: ignore[union-attr]
+
+
 def test_every_client_shares_one_tls_context() -> None:
     with httpclient.client() as one, httpclient.client(timeout=1.0) as two:
-        contexts = {id(c._transport._pool._ssl_context) for c in (one, two)}
+        contexts = {id(_tls_context(one)), id(_tls_context(two))}
     assert contexts == {id(httpclient.tls_context())}
-    asynchronous = httpclient.async_client()
-    assert asynchronous._transport._pool._ssl_context is httpclient.tls_context()
+    assert _tls_context(httpclient.async_client()) is httpclient.tls_context()
 
 
 def test_a_get_takes_no_proxy_or_credentials_from_the_environment(
