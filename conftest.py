@@ -96,14 +96,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.is_relative_to(TESTS):
             _mark(item)
     if hasattr(config, "workerinput"):
-        # Every worker sorts alike (xdist checks that they collected the same order): the
-        # Slurm tests first, then the other slow ones, so that the last units handed out
-        # are short.
-        items.sort(key=lambda item: (not item.get_closest_marker("slurm"), not _is_slow(item)))
+        # Every worker sorts alike (xdist checks that they collected the same order).
+        items.sort(key=_hand_out_rank)
 
 
-def _is_slow(item: pytest.Item) -> bool:
-    return item.get_closest_marker("slow") is not None
+def _hand_out_rank(item: pytest.Item) -> int:
+    """The longest units go out first, so that the last ones handed out are short: the
+    real-vLLM tier (one unit, six minutes of it), then the Slurm modules, then the other
+    slow ones."""
+    if item.path.is_relative_to(TESTS / "vllm"):
+        return 0
+    if item.get_closest_marker("slurm"):
+        return 1
+    return 2 if item.get_closest_marker("slow") else 3
 
 
 def _mark(item: pytest.Item) -> None:

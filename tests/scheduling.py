@@ -8,8 +8,8 @@ modules of tests/slurm are units of their own: each worker that runs one starts 
 private cluster (tests/slurm/cluster.py: own directory, munge key and ports; a job is
 found by its SLURM_CONF as well as its id, as two clusters number their jobs alike), so
 the Slurm tests, which mostly wait for time limits and signals, wait side by side rather
-than one after the other. Units go out in collection order, which conftest.py sorts: the
-Slurm tests first (the longest), then the other slow ones.
+than one after the other. Units go out in collection order, which conftest.py sorts longest
+first: the real-vLLM tier, the Slurm tests, then the other slow ones.
 
 (xdist's own `--dist loadgroup` would do this from `xdist_group` marks, but pytest 9.2's
 structured node ids break it: pytest-xdist#1386.)
