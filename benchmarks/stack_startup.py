@@ -3,12 +3,14 @@
 Run: python benchmarks/stack_startup.py [--repeats N]
 
 A tiny project (one default arm, one script) gets two one-test modules: one
-requests `haico_stack` and writes the wall clock the moment it has a healthy
-stack, plus the stack's per-service timings; the baseline test requests nothing
-and writes the wall clock as soon as it runs (plain pytest start-up with the
-plugin and the campaign loaded). Each is measured from just before its pytest
+requests `haico_stack` and writes the wall clock the moment it runs, the stack's
+per-service timings, and from the run's timeline.json when every service was
+healthy and when the dynamic gates had passed (the test runs once provenance has
+also asked the model server what it is); the baseline test requests nothing and
+writes the wall clock as soon as it runs (plain pytest start-up with the plugin
+and the campaign loaded). Each is measured from just before its pytest
 subprocess starts; the two alternate, so a noisy shared machine moves both.
-Target: start -> healthy <= 3 s.
+Target: start -> stack healthy (every service) <= 3 s.
 
 Per service: when its launch began and when it was healthy, both from the stack's
 start; its prepare (Postgres' template copy, in a worker thread, overlapping the
@@ -61,8 +63,12 @@ def test_stack(request, haico_stack):
         name: {{phase: getattr(t, phase, None) for phase in phases}}
         for name, t in timings.items()
     }}
+    # This run's timeline (the newest): when its stack was healthy and its gates passed.
+    timelines = request.config.rootpath.glob("results/**/timeline.json")
+    phases = json.loads(max(timelines, key=lambda path: path.stat().st_mtime).read_text())
+    ends = {{name: phases["phases"][name]["end"] for name in ("stack", "dynamic_gates")}}
     with open(OUT, "w") as handle:
-        json.dump({{"at": healthy, "services": services}}, handle)
+        json.dump({{"at": healthy, "services": services, "ends": ends}}, handle)
 """
 
 BASELINE_TEST = """
@@ -140,7 +146,9 @@ def main() -> None:
         "--with-langsmith", action="store_true", help="keep LangSmith's pytest plugin loaded"
     )
     args = parser.parse_args()
-    healthy: list[float] = []
+    healthy: list[float] = []  # every service healthy
+    gated: list[float] = []  # and the dynamic gates passed
+    first_test: list[float] = []  # and the run's provenance written: the test runs
     baseline: list[float] = []
     stack_exit: list[float] = []
     baseline_exit: list[float] = []
@@ -157,7 +165,10 @@ def main() -> None:
             baseline.append(at)
             baseline_exit.append(elapsed)
             at, elapsed, data = run_pytest(root, "test_stack.py", env)
-            healthy.append(at)
+            began = data["at"] - at
+            healthy.append(data["ends"]["stack"] - began)
+            gated.append(data["ends"]["dynamic_gates"] - began)
+            first_test.append(at)
             stack_exit.append(elapsed)
             for name, timing in data["services"].items():
                 for phase, seconds in timing.items():
@@ -167,16 +178,21 @@ def main() -> None:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
-    start, base = med(healthy), med(baseline)
+    start, base = med(first_test), med(baseline)
     pycache = "off" if args.no_pycache else "warm"
     langsmith = "on" if args.with_langsmith else "off"
     print(
         f"medians of {args.repeats} runs each "
         f"(bytecode cache {pycache}, LangSmith's pytest plugin {langsmith})"
     )
-    print(f"  pytest start -> stack healthy     {start:6.2f} s   (target <= {TARGET_S:g} s)")
+    print(
+        f"  pytest start -> stack healthy     {med(healthy):6.2f} s   (every service; "
+        f"target <= {TARGET_S:g} s)"
+    )
+    print(f"               -> gates passed      {med(gated):6.2f} s")
+    print(f"               -> the test runs     {start:6.2f} s   (provenance written)")
     print(f"  pytest start -> baseline test     {base:6.2f} s")
-    print(f"  difference (the stack's start)    {start - base:6.2f} s")
+    print(f"  difference (the test's start)     {start - base:6.2f} s")
     print(f"  ratio against the baseline        {start / base:6.2f}x")
     print(
         f"  whole process, stack / baseline   {med(stack_exit):6.2f} s / {med(baseline_exit):.2f} s"

@@ -176,6 +176,9 @@ def test_a_requeued_model_job_registers_again_on_its_new_port_and_the_next_run_f
         what="the requeued job to deregister",
     )
     with socket.socket() as taken:  # the old port is taken: the restart must move
+        # The old server's listener must be gone; connections it closed may keep the port
+        # in TIME_WAIT for a minute, which SO_REUSEADDR binds over (a listener, never).
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         wait_for(lambda: _bound(taken, first.entry.port), timeout=60, what="the old server to stop")
         taken.listen()
         again = _wait_registered(catalogue, restarts=1, timeout=240)
