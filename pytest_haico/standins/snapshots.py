@@ -134,10 +134,16 @@ def start_database_setup(conninfo: str, *, timeout: float) -> Future[None]:
 
 
 class SnapshotStore:
-    """Reads and writes ``workspace_snapshots``."""
+    """Reads and writes ``workspace_snapshots``.
+
+    It remembers each thread's next turn index from the rows it wrote: this process is the
+    table's only writer, and a thread's turns run one at a time. A thread it has not
+    written to since it started is looked up.
+    """
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        self._next_index: dict[str, int] = {}
 
     async def ping(self) -> None:
         """Raise unless the database answers."""
@@ -146,6 +152,8 @@ class SnapshotStore:
 
     async def next_turn_index(self, thread_id: str) -> int:
         """The index of the thread's next turn (a branch thread continues its parent's count)."""
+        if (known := self._next_index.get(thread_id)) is not None:
+            return known
         row = await self._one(
             "SELECT max(turn_index) AS last FROM workspace_snapshots WHERE thread_id = %s",
             (thread_id,),
@@ -197,6 +205,7 @@ class SnapshotStore:
             dataclasses.asdict(snapshot),
         )
         assert row is not None
+        self._next_index[snapshot.thread_id] = snapshot.turn_index + 1
         return str(row["snapshot_id"])
 
     async def _one(

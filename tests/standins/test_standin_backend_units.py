@@ -19,10 +19,13 @@ import pytest_asyncio
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow
+from psycopg_pool import AsyncConnectionPool
 
 from pytest_haico.standins.agent import AgentCache
-from pytest_haico.standins.backend_app import InlineExecutor
+from pytest_haico.standins.backend_app import CONNECTION_OPTIONS, InlineExecutor
 from pytest_haico.standins.backend_wire import ModelConfig
 from pytest_haico.standins.model_client import (
     LoopbackTransport,
@@ -31,7 +34,13 @@ from pytest_haico.standins.model_client import (
     endpoint_refusal,
 )
 from pytest_haico.standins.rate_limit import SlidingWindowLimiter
-from pytest_haico.standins.snapshots import wait_for_database
+from pytest_haico.standins.snapshots import (
+    Pool,
+    Snapshot,
+    SnapshotStore,
+    setup_database,
+    wait_for_database,
+)
 from pytest_haico.standins.turns import TurnUsage
 from tests.standins.standin_procs import LlmServers, create_database, free_port
 
@@ -235,3 +244,42 @@ async def test_the_inline_executor_runs_to_thread_calls_in_the_loops_thread() ->
     with pytest.raises(ValueError, match="from the function"):
         await asyncio.to_thread(fail)
     assert threading.active_count() == threads
+
+
+def _snapshot(thread_id: str, turn_index: int) -> Snapshot:
+    return Snapshot(
+        thread_id=thread_id,
+        turn_index=turn_index,
+        branch_from=None,
+        parent_thread_id=None,
+        provider="vllm",
+        model_id="m",
+        outcome="complete",
+        error_kind=None,
+        tokens_in=1,
+        tokens_out=1,
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_threads_next_turn_index_is_remembered_and_looked_up_after_a_restart(
+    postgres_dsn: str,
+) -> None:
+    dsn = create_database(postgres_dsn)
+    await setup_database(dsn, timeout=10)
+    pool: Pool = AsyncConnectionPool(
+        dsn, connection_class=AsyncConnection[DictRow], kwargs=CONNECTION_OPTIONS, open=False
+    )
+    async with pool:
+        store = SnapshotStore(pool)
+        assert await store.next_turn_index("t") == 0
+        for turn in (0, 1):
+            await store.record(_snapshot("t", turn))
+        # Turn 1's row gone behind the store's back: it still counts from what it wrote ...
+        async with pool.connection() as conn:
+            await conn.execute("DELETE FROM workspace_snapshots WHERE turn_index = 1")
+        assert await store.next_turn_index("t") == 2
+        # ... and a store that wrote nothing yet (a restarted backend's) looks it up.
+        restarted = SnapshotStore(pool)
+        assert await restarted.next_turn_index("t") == 1
+        assert await restarted.next_turn_index("another") == 0
