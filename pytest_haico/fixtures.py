@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import pytest
 import pytest_asyncio
 
-from pytest_haico import httpclient
 from pytest_haico.errors import InfraError, NotAdmittedError, RateLimitedError
 from pytest_haico.ledger.recorder import ATTEMPT_KEY
 from pytest_haico.ledger.verdicts import Outcome, Verdict
@@ -69,6 +68,7 @@ def haico_stack(request: pytest.FixtureRequest) -> HaicoStack:
 @pytest_asyncio.fixture
 async def haico_client(haico_stack: HaicoStack) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx.AsyncClient bound to the arm's backend, with its admin token."""
+    from pytest_haico import httpclient  # httpx: not for a session that never asks
 
     async with httpclient.async_client(
         base_url=haico_stack.backend_url,

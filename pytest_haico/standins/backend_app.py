@@ -67,7 +67,8 @@ class InlineExecutor(ThreadPoolExecutor):
     The event loop's default executor in the backend: what reaches it is CPU-bound under
     the GIL (the checkpointer serialising and loading checkpoints with `asyncio.to_thread`,
     LangChain running a sync function or callback with `run_in_executor`), so a thread adds
-    no parallelism, only a hop and a GIL hand-over per call (about 3 ms of CPU a turn).
+    no parallelism, only a hop and a GIL hand-over per call (1.5 ms of CPU a turn, measured
+    on the graph and its checkpointer in one process).
     A subclass of ThreadPoolExecutor, as asyncio's `set_default_executor` requires; it
     never starts a thread.
     """
@@ -132,7 +133,8 @@ class _BackendApp:
             await pool.open(wait=True, timeout=POOL_TIMEOUT_S)
             # The checkpointer's own connection: it holds a lock of its own around every
             # statement, so a pool gave it no concurrency, only a checkout and a return per
-            # statement (about 0.8 ms of CPU a turn). The snapshot rows keep the pool.
+            # statement (1.4 ms of CPU a turn, measured as above). The snapshot rows keep the
+            # pool.
             checkpoints = await AsyncConnection.connect(
                 self.settings.database_url,
                 application_name=CHECKPOINTER_APPLICATION_NAME,

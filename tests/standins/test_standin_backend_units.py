@@ -1,5 +1,6 @@
 """The backend's small parts: the vllm host rule, ``*.localhost`` names, the rate limiter,
-waiting for the database, the agent cache, counting tokens."""
+waiting for the database, the agent cache, counting tokens, the inline executor, the next
+turn index."""
 
 from __future__ import annotations
 
