@@ -2,14 +2,13 @@
 
 ChatOpenAI turns every streamed chunk into a LangChain message chunk (a pydantic model), waits
 for each under a task of its own (its per-chunk timeout), reports it to the callbacks, and
-merges them all once the stream ends: CPU for every token, which nobody reads one at a
-time (the backend streams steps, not tokens). `LeanChatOpenAI`
-reads the same stream but merges the deltas of the first choice into one chunk as they come
-(content appended, each tool call's id, name and arguments by its index, as LangChain's
-merge does), bounds the wait for each chunk on one timer, and hands ChatOpenAI's own
-conversion that one chunk, then any chunk without choices (the usage) as it is. The request,
-the message LangGraph gets and the errors raised are ChatOpenAI's (tests/standins hold the
-two to that).
+merges them all once the stream ends: CPU for every token, which nobody reads one at a time
+(the backend streams steps, not tokens). `LeanChatOpenAI` reads the same stream but merges
+the deltas of the first choice into one chunk as they come (content appended, each tool
+call's id, name and arguments by its index, as LangChain's merge does), bounds the wait for
+each chunk on one timer, and hands ChatOpenAI's own conversion that one chunk, then any chunk
+without choices (the usage) as it is. The request, the message LangGraph gets and the errors
+raised are ChatOpenAI's (tests/standins hold the two to that).
 """
 
 from __future__ import annotations
