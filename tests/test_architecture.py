@@ -342,15 +342,21 @@ HTTPX_CLIENT_MAKERS = {"Client", "AsyncClient", "get", "post", "put", "delete", 
 
 
 def _httpx_client_lines(source: str) -> list[int]:
-    return [
-        node.lineno
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "httpx"
-        and node.func.attr in HTTPX_CLIENT_MAKERS
-    ]
+    """The lines that call one of `HTTPX_CLIENT_MAKERS` as ``httpx.<name>`` or import one."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "httpx":
+            if any(alias.name in HTTPX_CLIENT_MAKERS for alias in node.names):
+                lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "httpx"
+            and node.func.attr in HTTPX_CLIENT_MAKERS
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
 
 
 def test_only_httpclient_makes_the_harness_http_clients() -> None:
@@ -362,4 +368,6 @@ def test_only_httpclient_makes_the_harness_http_clients() -> None:
         for line in _httpx_client_lines(path.read_text())
     ]
     assert not made, "\n".join(made)
-    assert _httpx_client_lines("import httpx\nhttpx.get(url)\nhttpx.AsyncClient()\n") == [2, 3]
+    planted = "import httpx\nhttpx.get(url)\nhttpx.AsyncClient()\nfrom httpx import Client\n"
+    assert _httpx_client_lines(planted) == [2, 3, 4]
+    assert _httpx_client_lines("import httpx\nfrom httpx import HTTPError\n") == []

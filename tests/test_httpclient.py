@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import threading
 from collections.abc import Iterator
@@ -43,7 +44,9 @@ def test_every_client_shares_one_tls_context() -> None:
     with httpclient.client() as one, httpclient.client(timeout=1.0) as two:
         contexts = {id(_tls_context(one)), id(_tls_context(two))}
     assert contexts == {id(httpclient.tls_context())}
-    assert _tls_context(httpclient.async_client()) is httpclient.tls_context()
+    asynchronous = httpclient.async_client()
+    assert _tls_context(asynchronous) is httpclient.tls_context()
+    asyncio.run(asynchronous.aclose())
 
 
 def test_a_get_takes_no_proxy_or_credentials_from_the_environment(
