@@ -189,6 +189,8 @@ def build_vllm_service(
         stall_setting=f"[vllm] start_stall_timeout_s of arms/{arm.name}.toml",
         # vLLM's own SIGTERM handling takes its engine and GPU workers down with it.
         death_signal=signal.SIGTERM,
+        # vLLM makes its processes' ZeroMQ sockets in $TMPDIR and leaves them when killed.
+        scratch_env="TMPDIR",
         secrets=(api_key,),
         progress_every_s=PROGRESS_EVERY_S,
     )

@@ -21,6 +21,7 @@ from pytest_haico.stack.service import (
     inherited_env,
     provider_free_env,
 )
+from pytest_haico.stack.statedir import make_owned_tempdir, remove_tree
 
 
 @dataclass(kw_only=True)
@@ -50,6 +51,11 @@ class HttpService:
     stall_timeout_s: float | None = None
     stall_setting: str | None = None
     progress_every_s: float | None = None
+    # The variable that gives the process a private scratch directory (TMPDIR: what it
+    # leaves there, sockets of a process killed by SIGKILL included, is not left in the
+    # shared $TMPDIR), made at `reserve`, removed at `cleanup` (by the janitor if we die).
+    scratch_env: str | None = None
+    scratch_dir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -59,7 +65,10 @@ class HttpService:
         return f"http://127.0.0.1:{self.port}"
 
     def reserve(self) -> None:
-        """Nothing to make: `cleanup_paths`, if any, exist already."""
+        """The scratch directory, if the service has one (`cleanup_paths` exist already)."""
+        if self.scratch_env is not None and self.scratch_dir is None:
+            self.scratch_dir = make_owned_tempdir(f"{self.name}-")
+            self.cleanup_paths = (*self.cleanup_paths, self.scratch_dir)
 
     def prepare(self, log_path: Path) -> None:
         """Nothing to prepare."""
@@ -73,6 +82,9 @@ class HttpService:
         env = dict(self.env())
         if self.port_env is not None:
             env[self.port_env] = str(port)
+        self.reserve()
+        if self.scratch_dir is not None and self.scratch_env is not None:
+            env[self.scratch_env] = str(self.scratch_dir)
         inherit = provider_free_env if self.provider_free else inherited_env
         full = inherit(env) if self.inherit_env else env
         return Command(argv=list(self.argv(port)), env=full, cwd=self.cwd)
@@ -93,7 +105,12 @@ class HttpService:
         """Nothing to set up."""
 
     def cleanup(self) -> None:
-        """Nothing to remove."""
+        """Remove the scratch directory, if any (the process has stopped)."""
+        if self.scratch_dir is not None:
+            if not remove_tree(self.scratch_dir):
+                raise StackError(f"{self.name}: could not remove {self.scratch_dir}")
+            self.cleanup_paths = tuple(p for p in self.cleanup_paths if p != self.scratch_dir)
+            self.scratch_dir = None
 
 
 class Stack:

@@ -60,6 +60,10 @@ def test_vllm_runs_from_the_venv_with_the_arms_flags_and_its_key_in_the_environm
     stack = _build(shim_site, tmp_path)
     assert stack.llm is not None
     command = stack.llm.command(25000)
+    scratch = stack.llm.scratch_dir  # vLLM's $TMPDIR, for its sockets: private, removed after
+    stack.llm.cleanup()
+    assert scratch is not None and scratch.parent == Path(tempfile.gettempdir())
+    assert not scratch.exists()
     venv = shim_site.venv
     assert list(command.argv) == [
         f"{venv}/bin/vllm", "serve", "/models/Qwen2.5-32B-Instruct",
@@ -73,7 +77,7 @@ def test_vllm_runs_from_the_venv_with_the_arms_flags_and_its_key_in_the_environm
         "VIRTUAL_ENV": str(venv),
         "HOME": environ["HOME"],
         "LANG": "C.UTF-8",
-        "TMPDIR": tempfile.gettempdir(),
+        "TMPDIR": str(scratch),
         "CUDA_VISIBLE_DEVICES": "0,1",
         "OPENAI_API_KEY": environ["OPENAI_API_KEY"],  # the user's own process, like pytest
         "APPTAINERENV_OPENAI_API_KEY": environ["APPTAINERENV_OPENAI_API_KEY"],

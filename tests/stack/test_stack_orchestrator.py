@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -301,3 +303,26 @@ def test_a_service_that_dies_while_another_waits_for_it_fails_the_start_at_once(
     assert "database system is ready to accept connections" in message
     assert not any(is_alive(p.pid or 0) for p in stack.processes.values())
     assert list((tmp_path / "services").glob("*.json")) == []
+
+
+def test_a_service_with_a_scratch_directory_gets_a_private_one_removed_at_its_stop(
+    tmp_path: Path,
+) -> None:
+    service = tiny("model")
+    service.scratch_env = "TMPDIR"
+    mirror = tmp_path / "run" / "services.json"
+    with Orchestrator(
+        [service], tmp_path / "logs", state_dir=tmp_path, registry_mirror=mirror, reap=False
+    ) as stack:
+        scratch = service.scratch_dir
+        assert scratch is not None and scratch.parent == Path(tempfile.gettempdir())
+        info = os.lstat(scratch)
+        assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o700, os.getuid())
+        environ = Path(f"/proc/{stack.processes['model'].pid}/environ").read_bytes()
+        assert f"TMPDIR={scratch}".encode() in environ.split(b"\0")
+        # Recorded for the janitor, should this process die before the stop.
+        (recorded,) = RegistryFile.model_validate_json(mirror.read_text()).services
+        assert recorded.cleanup == (str(scratch),)
+        (scratch / "engine.sock").touch()  # what a process killed by SIGKILL leaves
+    assert not scratch.exists()
+    assert service.scratch_dir is None and service.cleanup_paths == ()

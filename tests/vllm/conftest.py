@@ -10,7 +10,13 @@ import pytest
 from tests.harness import CampaignProject
 from tests.standins.standin_http import API_KEY, MODEL
 from tests.standins.standin_procs import LlmServers
-from tests.vllm.real_vllm import MAX_MODEL_LEN, manifest_or_skip, running_vllms, tier_arm
+from tests.vllm.real_vllm import (
+    MAX_MODEL_LEN,
+    VllmServer,
+    manifest_or_skip,
+    running_vllms,
+    tier_arm,
+)
 from tests.vllm.servers import Server, ServerPair
 from tests.vllm.setup_tier import Manifest
 from tests.vllm.vllm_campaign import VllmCampaign, prepare_tier_campaign
@@ -36,20 +42,21 @@ def real_vllm(
     root = tmp_path_factory.mktemp("real-vllm")
     with running_vllms(vllm_tier, root=root, api_key=api_key, arms=arms) as (tools, plain):
 
-        def server(base_url: str) -> Server:
+        def server(vllm: VllmServer) -> Server:
             return Server(
                 kind="vllm",
-                base_url=base_url,
+                base_url=vllm.base_url,
                 api_key=api_key,
                 model=vllm_tier.served_name,
                 root=vllm_tier.model,
                 max_model_len=MAX_MODEL_LEN,
                 version=vllm_tier.vllm_version,
+                scratch_dir=vllm.scratch_dir,
             )
 
         took = f"{tools.healthy_after_s:.1f} s and {plain.healthy_after_s:.1f} s"
         print(f"real vLLM (with and without the tool flags) healthy after {took}")
-        yield ServerPair(tools=server(tools.base_url), plain=server(plain.base_url))
+        yield ServerPair(tools=server(tools), plain=server(plain))
 
 
 @pytest.fixture(scope="session")

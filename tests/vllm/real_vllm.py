@@ -41,6 +41,7 @@ class VllmServer:
     base_url: str
     log: Path
     healthy_after_s: float
+    scratch_dir: Path | None  # its $TMPDIR, private to it, removed at its stop
 
 
 def manifest_or_skip() -> Manifest:
@@ -110,6 +111,7 @@ def running_vllms(
                 base_url=service.url,
                 log=stack.log_path(service.name),
                 healthy_after_s=stack.timings[service.name].healthy,
+                scratch_dir=service.scratch_dir,
             )
             for service in services
         ]

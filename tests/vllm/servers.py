@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, cast
 
 import httpx
@@ -27,6 +28,7 @@ class Server:
     root: str
     max_model_len: int
     version: str
+    scratch_dir: Path | None = None  # real vLLM's $TMPDIR (the cluster profile's, private)
 
     @property
     def api_base(self) -> str:

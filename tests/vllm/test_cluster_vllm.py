@@ -1,19 +1,22 @@
 """The cluster profile with real vLLM: a campaign whose stack starts vLLM 0.32 from the tier's
 venv (waited for by its process and its log), gates it, holds real conversations with it
 through the stand-in backend and records what served them; and the faults a run must name:
-vLLM killed under the conversations, a USR1 drain. Each test starts its own vLLM (about 90 s
-of both cores here): it is the vLLM the test kills or drains, or whose start it checks."""
+vLLM killed under the conversations, a USR1 drain. Each campaign starts its own vLLM (about 90 s
+of both cores here): it is the vLLM the test kills or drains, or whose start it checks. Where
+vLLM keeps its sockets is seen on the tier's shared pair."""
 
 from __future__ import annotations
 
 import os
 import signal
+import stat
 from typing import Any
 
 import pytest
 
 from tests.integration.test_gates_in_a_run import DYNAMIC, STATIC
 from tests.vllm.real_vllm import CPU_EXTRA_ARGS, MAX_MODEL_LEN
+from tests.vllm.servers import ServerPair
 from tests.vllm.vllm_campaign import ARM, JOB_ID, TURN_TIMEOUT_S, VllmCampaign, log_header_argv
 
 pytestmark = pytest.mark.vllm
@@ -106,6 +109,17 @@ def test_a_cluster_campaign_starts_real_vllm_gates_it_and_records_what_served_it
     assert end["vllm:num_requests_running"] == 0
 
     assert tier_campaign.left_behind() == []
+
+
+def test_vllm_makes_its_sockets_in_the_private_directory_the_model_service_gives_it(
+    real_vllm: ServerPair,
+) -> None:
+    # vLLM's processes talk over ZeroMQ sockets it names in $TMPDIR (VLLM_RPC_BASE_PATH's
+    # default) and, killed, leaves there: in the shared $TMPDIR they would pile up.
+    for server in (real_vllm.tools, real_vllm.plain):
+        assert server.scratch_dir is not None
+        names = [p.name for p in server.scratch_dir.iterdir() if stat.S_ISSOCK(p.lstat().st_mode)]
+        assert names, sorted(p.name for p in server.scratch_dir.iterdir())
 
 
 def _stop_reason(record: dict[str, Any]) -> str:
