@@ -105,7 +105,7 @@ def test_an_hf_model_is_served_by_id_and_revision_with_parallel_widths(
     )  # fmt: skip
     stack = _build(shim_site, tmp_path, arm=arm)
     assert stack.llm is not None
-    assert list(stack.llm.command(25000).argv)[2:] == [
+    assert list(stack.llm.argv(25000))[2:] == [
         "Qwen/Qwen2.5-7B-Instruct", "--served-model-name", "hf",
         "--host", "127.0.0.1", "--port", "25000", "--max-model-len", "8192",
         "--data-parallel-size", "2", "--revision", "a" * 40,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,7 +56,7 @@ SCRIPTS = """\
 @pytest.fixture
 def project(campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Arm demo and two scripts, in a $TMPDIR of its own (the kept stacks' state directory
-    and the worktrees); a supervisor a failed test left is killed."""
+    and the worktrees), removed after; a supervisor a failed test left is killed first."""
     tmpdir = Path(tempfile.mkdtemp(prefix="haico-validate-test-"))
     tmpdir.chmod(0o711)  # a Postgres run as another user (under root) reaches its data
     monkeypatch.setenv("TMPDIR", str(tmpdir))
@@ -69,6 +70,7 @@ def project(campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch) -> Itera
             data = json.loads(path.read_text())
             if procfs.is_alive(data["supervisor_pid"], data["supervisor_start_time"]):
                 os.kill(data["supervisor_pid"], signal.SIGKILL)
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _haico(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
