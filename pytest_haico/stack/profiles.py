@@ -51,9 +51,9 @@ class HttpService:
     stall_timeout_s: float | None = None
     stall_setting: str | None = None
     progress_every_s: float | None = None
-    # The variable that gives the process a private scratch directory (TMPDIR: what it
-    # leaves there, sockets of a process killed by SIGKILL included, is not left in the
-    # shared $TMPDIR), made at `reserve`, removed at `cleanup` (by the janitor if we die).
+    # The variable (TMPDIR, say) naming a private scratch directory for the process, made
+    # at `reserve`, removed at `cleanup` (by the janitor if we die): what the process leaves
+    # there, a killed one's sockets too, does not pile up in the shared $TMPDIR.
     scratch_env: str | None = None
     scratch_dir: Path | None = None
 
