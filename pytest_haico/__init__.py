@@ -33,6 +33,7 @@ pytest start does, through the plugin's entry point) stays cheap.
 from __future__ import annotations
 
 import importlib
+import time
 from typing import TYPE_CHECKING, Any
 
 from pytest_haico.errors import (
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
     from pytest_haico.runner.finished import Conversation
 
 __version__ = "0.1.0"
+
+# When this process loaded pytest-haico: a pytest process does at its start, through the
+# plugin's entry point (`ledger.timeline.process_started_at` falls back on it).
+LOADED_AT = time.time()
 
 _LAZY = {
     "Conversation": "pytest_haico.runner.finished",

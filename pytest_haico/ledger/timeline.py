@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest_haico
 from pytest_haico.durations import format_duration
 from pytest_haico.files import DEFAULT_FILE_MODE, write_atomic
 from pytest_haico.procfs import read_proc_stat
@@ -34,6 +35,8 @@ PHASES = (
 )
 STARTING = ("static_gates", "stack", "dynamic_gates")
 DRAIN_CAUSES = {"signal", "walltime", "breaker", "stopped"}
+# An interpreter and pytest start and load their plugins well within this, even loaded.
+EXEC_SLACK_S = 10.0
 
 
 def _gpus(env: Mapping[str, str]) -> int | None:
@@ -62,17 +65,23 @@ def job_section(
     return {"id": job_id, "gpus": _gpus(env), "queued_at": queued_at, "started_at": started_at}
 
 
-def process_started_at(pid: int | None = None) -> float | None:
-    """When this process started (epoch seconds), from /proc: boot time + start ticks."""
-    stat = read_proc_stat(os.getpid() if pid is None else pid)
+def process_started_at() -> float:
+    """When this pytest process started (epoch seconds): boot time + its start ticks, from
+    /proc. A process keeps its start across exec, so where that lies more than
+    `EXEC_SLACK_S` before pytest-haico was loaded, pytest replaced a longer-lived process
+    (`exec pytest` in a script, the last command of `bash -c '… && pytest'`) and the load
+    is the start; so it is where /proc cannot tell."""
+    loaded = pytest_haico.LOADED_AT
+    stat = read_proc_stat(os.getpid())
     if stat is None:
-        return None
+        return loaded
     try:
         with open("/proc/stat") as f:
             btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
     except (OSError, StopIteration, ValueError):
-        return None
-    return btime + stat.start_time / os.sysconf("SC_CLK_TCK")
+        return loaded
+    started = btime + stat.start_time / os.sysconf("SC_CLK_TCK")
+    return started if loaded - started <= EXEC_SLACK_S else loaded
 
 
 class Timeline:

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from pytest_haico.ledger.timeline import Timeline, job_section, shares
+import pytest_haico
+from pytest_haico.ledger.timeline import (
+    EXEC_SLACK_S,
+    Timeline,
+    job_section,
+    process_started_at,
+    shares,
+)
+from pytest_haico.procfs import read_proc_stat
 
 
 class Clock:
@@ -91,3 +103,34 @@ def test_shares_of_the_allocation(tmp_path: Path) -> None:
         0.1,
         0.2,
     )
+
+
+def _proc_start() -> float:
+    stat = read_proc_stat(os.getpid())
+    assert stat is not None
+    lines = Path("/proc/stat").read_text().splitlines()
+    btime = next(int(line.split()[1]) for line in lines if line.startswith("btime "))
+    return btime + stat.start_time / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_process_start_is_the_one_proc_gives_unless_pytest_haico_was_loaded_long_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = _proc_start()
+    monkeypatch.setattr(pytest_haico, "LOADED_AT", started + 0.4)
+    assert process_started_at() == started
+    # A process that lived before it exec'd pytest: its /proc start is the older process's.
+    monkeypatch.setattr(pytest_haico, "LOADED_AT", started + EXEC_SLACK_S + 30)
+    assert process_started_at() == started + EXEC_SLACK_S + 30
+
+
+def test_a_process_that_a_shell_replaced_by_exec_starts_when_it_loaded_pytest_haico() -> None:
+    # `bash -c 'pip install … && pytest …'` execs pytest: the shell's start is not the run's.
+    code = "import time; from pytest_haico.ledger.timeline import process_started_at as p; "
+    code += "print(time.time() - p())"
+    waited = EXEC_SLACK_S + 1
+    shell = f"sleep {waited} && exec {sys.executable} -c '{code}'"
+    began = time.time()
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 0 <= float(done.stdout) < time.time() - began - waited + 1
