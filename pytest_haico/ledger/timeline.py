@@ -54,8 +54,8 @@ def _gpus(env: Mapping[str, str]) -> int | None:
 def job_section(
     env: Mapping[str, str], *, queued_at: float | None = None, started_at: float | None = None
 ) -> dict[str, Any] | None:
-    """The `job` section from Slurm's environment (None off Slurm); `queued_at` is sacct's
-    submit time where the caller could read it."""
+    """The `job` section from Slurm's environment (None off Slurm); `queued_at`, the job's
+    submit time, is filled in once Slurm's controller has answered (`RunTimeline`)."""
     job_id = env.get("SLURM_JOB_ID")
     if not job_id:
         return None
@@ -149,6 +149,11 @@ class Timeline:
         phase.setdefault("start", now)
         phase["end"] = now
         phase.update(fields)
+        self._write()
+
+    def span(self, name: str, *, start: float, end: float) -> None:
+        """Phase `name` ran from `start` to `end`: one timed before the timeline existed."""
+        self._phase(name).update(start=start, end=end)
         self._write()
 
     def service(self, name: str, *, started: float, healthy: float | None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -66,6 +67,8 @@ class GateLog:
         self.file_mode = file_mode
         self.results: tuple[GateResult, ...] = ()
         self.write_failure: OSError | None = None  # the newest write of gates.json, if it failed
+        # When the static gates began and ended (epoch seconds), for the run's timeline.
+        self.static_span: tuple[float, float] | None = None
 
     def check(self, results: Sequence[GateResult], *, redactor: Redactor) -> None:
         """Keep `results`, rewrite gates.json, raise `GateFailedError` at a failure."""
@@ -120,6 +123,7 @@ class ArmPreflights:
         passed = self._passed.get(arm)
         if passed is not None:
             return passed
+        began = time.time()
         admission = WalltimeAdmission(
             self.recorder.job.job_id,
             self.recorder.paths(arm).ledger_dir,
@@ -129,8 +133,10 @@ class ArmPreflights:
             self.recorder.claim(arm).path / "gates.json", file_mode=self.recorder.file_mode
         )
         self.gate_logs[arm] = gate_log
+        results = run_gates(self._gates(arm, admission, specs))
+        gate_log.static_span = (began, time.time())
         # No secret of the run exists before its stack does.
-        gate_log.check(run_gates(self._gates(arm, admission, specs)), redactor=Redactor())
+        gate_log.check(results, redactor=Redactor())
         self._passed[arm] = (admission, gate_log)
         return admission, gate_log
 

@@ -24,6 +24,9 @@ def test_a_run_writes_its_timeline_in_phase_order_and_samples_the_model(
     phases = doc["phases"]
     assert {"llm", "backend"} <= set(phases["stack"]["services"])
     order = [
+        doc["process_started_at"],
+        phases["static_gates"]["start"],
+        phases["static_gates"]["end"],
         phases["stack"]["start"],
         phases["stack"]["end"],
         phases["dynamic_gates"]["start"],

@@ -134,3 +134,13 @@ def test_a_process_that_a_shell_replaced_by_exec_starts_when_it_loaded_pytest_ha
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert 0 <= float(done.stdout) < time.time() - began - waited + 1
+
+
+def test_a_phase_timed_before_the_timeline_existed_is_recorded_with_its_times(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    timeline = _timeline(tmp_path, clock)
+    timeline.span("static_gates", start=990.0, end=995.5)
+    doc = json.loads((tmp_path / "timeline.json").read_text())
+    assert doc["phases"]["static_gates"] == {"start": 990.0, "end": 995.5}
