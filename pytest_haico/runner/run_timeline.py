@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from pytest_haico.ledger.timeline import Timeline, job_section, shares_line
 from pytest_haico.runner.adaptive import AdaptiveConcurrency
 from pytest_haico.runner.adaptive import summary_line as adaptive_line
 from pytest_haico.runner.model_metrics import Sampler, summarise, summary_line
+from pytest_haico.slurm.jobs import job_queue_times
 
 if TYPE_CHECKING:
     from pytest_haico.ledger.records import LedgerRecord
@@ -54,6 +56,26 @@ class RunTimeline:
             file_mode=self._mode,
         )
         self.timeline.note("concurrency", self.concurrency)
+        static = request.gate_log.static_span  # they ran before the timeline existed
+        if static is not None:
+            self.timeline.span("static_gates", start=static[0], end=static[1])
+        job = self.timeline.doc["job"]
+        if job is not None:
+            # The controller's answer may be slow: asked aside, written with the next change.
+            threading.Thread(
+                target=self._note_queue_times, args=(job,), name="haico-queue-times", daemon=True
+            ).start()
+
+    @staticmethod
+    def _note_queue_times(job: dict[str, Any]) -> None:
+        """When the job was queued, and started where Slurm's environment did not say
+        (SLURM_JOB_START_TIME came with Slurm 23.02), as Slurm's controller shows them."""
+        queued_at, started_at = job_queue_times(job["id"])
+        # Both keys exist: the document keeps its size while another thread writes it.
+        if queued_at is not None:
+            job["queued_at"] = queued_at
+        if job["started_at"] is None and started_at is not None:
+            job["started_at"] = started_at
 
     def check_written(self) -> None:
         """Before the stack starts: a timeline.json that could not be written (a full disk)

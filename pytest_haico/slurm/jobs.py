@@ -198,6 +198,18 @@ def job_now(job_id: str, *, environ: Mapping[str, str] | None = None) -> JobReco
     return record_of(parse_job_records(shown.stdout), job_id)
 
 
+def job_queue_times(
+    job_id: str, *, environ: Mapping[str, str] | None = None
+) -> tuple[float | None, float | None]:
+    """When `job_id` was submitted and when it started, from ``scontrol -o show job`` (the
+    controller knows a running job's without accounting); None where Slurm does not say."""
+    try:
+        record = job_now(job_id, environ=environ)
+        return (None, None) if record is None else record.queue_times()
+    except (SlurmError, ValueError):
+        return None, None
+
+
 def cancel(
     job_id: str, *, signal: str | None = None, environ: Mapping[str, str] | None = None
 ) -> None:

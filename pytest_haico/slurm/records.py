@@ -86,6 +86,8 @@ class JobRecord:
     state: str = "?"
     exit_code: str = "?"
     end: str | None = None  # EndTime as printed; None: the line has none
+    submit: str | None = None  # SubmitTime as printed; None: the line has none
+    start: str | None = None  # StartTime as printed; None: the line has none
     batch_host: str | None = None  # the node the batch script runs on, once it runs
     restarts: int = 0  # how often Slurm requeued the job (its SLURM_RESTART_COUNT)
 
@@ -109,6 +111,12 @@ class JobRecord:
         if self.end is None:
             raise ValueError(f"no EndTime= in the record of job {self.job_id}")
         return parse_slurm_time(self.end)
+
+    def queue_times(self) -> tuple[float | None, float | None]:
+        """When the job was submitted and when it started (epoch seconds), each None where
+        the line does not say; `ValueError` for one that is not a timestamp."""
+        submitted = None if self.submit is None else parse_slurm_time(self.submit)
+        return submitted, None if self.start is None else parse_slurm_time(self.start)
 
 
 def parse_job_records(text: str) -> list[JobRecord]:
@@ -135,6 +143,8 @@ def parse_job_records(text: str) -> list[JobRecord]:
                 state=fields.get("JobState", "?"),
                 exit_code=fields.get("ExitCode", "?"),
                 end=fields.get("EndTime"),
+                submit=fields.get("SubmitTime"),
+                start=fields.get("StartTime"),
                 batch_host=_known_host(fields.get("BatchHost")),
                 restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
             )

@@ -85,6 +85,12 @@ def test_array_with_explicit_shards_runs_every_item_exactly_once(
     assert ledgers == [f"{job}_{task}.1.jsonl" for task in range(3)]
     shards = {r["run_id"]: r["slurm"]["array_task_id"] for r in records}
     assert set(shards.values()) == {"0", "1", "2"}
+    # Each run's timeline has its task's job: queued (the array's submission), then started.
+    for run in sorted((project / "results/default/demo/runs").iterdir()):
+        timeline = json.loads((run / "timeline.json").read_text())
+        task_job = timeline["job"]
+        assert task_job["queued_at"] <= task_job["started_at"] <= timeline["exit"]["at"], task_job
+        assert timeline["phases"]["static_gates"]["end"] <= timeline["phases"]["stack"]["start"]
 
 
 def test_two_pytest_runs_in_one_salloc_shell_get_two_runs_and_leave_nothing(

@@ -86,6 +86,17 @@ def test_a_record_of_scontrol_or_the_completion_log_is_typed() -> None:
     assert (alone.base_id, alone.name, alone.tasks, alone.array_tasks) == ("7", "other", (0,), None)
 
 
+def test_a_records_queue_times_are_its_submission_and_its_start() -> None:
+    line = f"JobId=5 JobState=RUNNING SubmitTime=2026-12-01T03:14:00 StartTime={END}\n"
+    (running,) = parse_job_records(line)
+    assert running.queue_times() == (END_S - 15, END_S)
+    pending = JobRecord(job_id="6", submit=END, start="Unknown")
+    assert pending.queue_times() == (END_S, None)
+    assert JobRecord(job_id="7").queue_times() == (None, None)  # the line does not say
+    with pytest.raises(ValueError, match="'soon'"):
+        JobRecord(job_id="8", start="soon").queue_times()
+
+
 def test_sacct_lists_each_task_once_with_its_state_word() -> None:
     stdout = "9_0|COMPLETED|0:0\n9_1|CANCELLED by 1000|0:15\n9_[2-3]|PENDING|0:0\n10_0|FAILED|1:0\n"
     assert parse_sacct_tasks(stdout, "9") == {
