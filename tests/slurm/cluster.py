@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.procfs import is_alive
+from pytest_haico.slurm.records import FINAL_STATES
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "salloc", "srun")
@@ -216,14 +217,15 @@ class SlurmCluster:
         return found
 
     def wait_ended(self, *jobs: str, timeout: float = 240.0) -> dict[str, str]:
-        """Task id ("12_0") -> state, once no task of `jobs` is pending or running."""
+        """Task id ("12_0") -> state, once every task of `jobs` is in a final state. squeue
+        names a job's passing flags as its state (SIGNALING while Slurm signals a running
+        job, COMPLETING): only a final state is an end."""
         deadline = time.monotonic() + timeout
         ids = ",".join(jobs)
         while True:
             out = self.run("squeue", "-h", "-r", "-t", "all", "-j", ids, "-o", "%i %T").stdout
             states = dict(line.split() for line in out.splitlines() if line.strip())
-            busy = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
-            if states and not any(state in busy for state in states.values()):
+            if states and all(state in FINAL_STATES for state in states.values()):
                 return states
             if time.monotonic() > deadline:
                 raise TimeoutError(f"jobs {ids} still {states} after {timeout} s")
