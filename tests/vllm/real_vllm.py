@@ -23,12 +23,16 @@ from tests.vllm.setup_tier import SETUP_COMMAND, Manifest, read_manifest, tier_d
 REQUIRE_TIER_ENV = "HAICO_REQUIRE_VLLM_TIER"
 MAX_MODEL_LEN = 2048
 # What a CPU build needs besides the tier's own variables, on a machine that other work
-# shares: a 1 GiB KV cache (vLLM sizes it from the RAM otherwise), and one OpenMP thread
-# that the kernel may move (vLLM binds its worker to core 0, every vLLM to the same core).
+# shares: a 1 GiB KV cache (vLLM sizes it from the RAM otherwise); one OpenMP thread that
+# the kernel may move (vLLM binds its worker to core 0, every vLLM to the same core); and
+# the model in the engine core's process, as vLLM runs one GPU (its CPU platform otherwise
+# starts a worker process, and the engine core busy-polls it for a second after every
+# step: twice the CPU of generating, for the same tokens in the same time).
 SERVE_ENVIRONMENT = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
 # Flags the cluster profile does not set and a CPU build needs (`check_extra_args` allows them).
 CPU_EXTRA_ARGS = ("--dtype", "float32", "--enforce-eager")
@@ -94,7 +98,7 @@ def running_vllms(
 ) -> Iterator[list[VllmServer]]:
     """One real vLLM per arm, built by `build_vllm_service` and started together by an
     `Orchestrator` (each waited for by its process and its log), all stopped at the end
-    (the process group: API server, engine core and worker), whatever happened."""
+    (the process group: API server and engine core), whatever happened."""
     environ = serve_environ(manifest) if environ is None else environ
     services = [
         replace(

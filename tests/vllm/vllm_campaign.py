@@ -124,7 +124,7 @@ class VllmCampaign:
 
     def left_behind(self) -> list[str]:
         """Processes of the session's stacks still alive: a service, or anything in its
-        process session (vLLM's engine core and worker are in the API server's)."""
+        process session (vLLM's engine core is in the API server's)."""
         stacks = json.loads(self.stacks_file.read_text())
         return survivors(stacks["pids"].values(), str(self.site.root))
 
