@@ -81,10 +81,19 @@ def tier_arm(
     return Arm.model_validate({"name": name, **fields})
 
 
+def tier_environment(manifest: Manifest) -> dict[str, str]:
+    """What a site sets for the tier's vLLM: the tier's variables, `SERVE_ENVIRONMENT`, and
+    vLLM's cache in the tier, as a user's is in their home whatever a test makes $HOME
+    (pytester's runs get a new one: vLLM then inspected the model again in a process of its
+    own, 11 s of CPU each start)."""
+    cache = Path(manifest.venv).parent / "vllm-cache"
+    return {**manifest.environment, **SERVE_ENVIRONMENT, "VLLM_CACHE_ROOT": str(cache)}
+
+
 def serve_environ(manifest: Manifest) -> dict[str, str]:
     """The host environment the cluster profile hands vLLM (it drops what vLLM must not
-    get): this one without its secrets, plus the tier's variables and `SERVE_ENVIRONMENT`."""
-    return {**base_env(), **manifest.environment, **SERVE_ENVIRONMENT}
+    get): this one without its secrets, plus `tier_environment`."""
+    return {**base_env(), **tier_environment(manifest)}
 
 
 @contextlib.contextmanager

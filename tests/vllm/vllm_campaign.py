@@ -19,7 +19,7 @@ import pytest
 from tests.cluster.compute_node import enter_compute_node, survivors
 from tests.cluster.shim_site import ShimSite, scratch_site
 from tests.harness import CONVERSATION_MODULE, BackgroundRun, CampaignProject
-from tests.vllm.real_vllm import CPU_EXTRA_ARGS, MAX_MODEL_LEN, SERVE_ENVIRONMENT
+from tests.vllm.real_vllm import CPU_EXTRA_ARGS, MAX_MODEL_LEN, tier_environment
 from tests.vllm.setup_tier import Manifest
 
 JOB_ID = "4242"
@@ -150,6 +150,6 @@ def prepare_tier_campaign(
             host=HOST,
             gpus="0",  # TP 1 x DP 1: gate parallel_width counts one
             path=site.environ["PATH"],
-            environ={**manifest.environment, **SERVE_ENVIRONMENT},
+            environ=tier_environment(manifest),
         )
         yield VllmCampaign(project, site, manifest, stacks_file)
