@@ -40,7 +40,7 @@ SUPERUSER = "postgres"
 READONLY_ROLE = "haico_readonly"
 DATABASE = "haico"
 # Bump when the template's recipe changes, so no session copies an outdated one.
-_TEMPLATE_RECIPE = 4
+_TEMPLATE_RECIPE = 3
 _SETUP_TIMEOUT = 120.0
 _LOCK_POLL = 0.2  # how often a wait for another session's template build checks for a stop
 
@@ -209,8 +209,6 @@ def init_cluster(
     """initdb into `data_dir` (an empty directory of the owner's), then our roles and rules."""
     initdb = [str(binaries.tool("initdb")), "-D", str(data_dir), "-U", SUPERUSER, "-E", "UTF8"]
     initdb += ["--no-locale", "--auth-local=peer", "--auth-host=scram-sha-256"]
-    # 1 MB WAL segments, not 16: the first segment was half of what each run copies.
-    initdb += ["--wal-segsize=1"]
     owner.run([*initdb, "--no-instructions"], log_path, helpers=helpers)
     launcher = pwd.getpwuid(os.geteuid()).pw_name
     for name, text in (
