@@ -315,9 +315,6 @@ class _LlmApp:
         )
 
         async def aiter_events() -> AsyncIterator[str]:
-            if os.environ.get("XCOALESCE"):
-                yield "".join(sse_data(c) for c in bodies) + sse_data("[DONE]")
-                return
             for chunk in bodies:
                 yield sse_data(chunk)
             yield sse_data("[DONE]")
