@@ -21,6 +21,9 @@ from pytest_haico.errors import StackError, UntrustedFileError
 
 DEFAULT_FILE_MODE = 0o640
 PRIVATE_FILE_MODE = 0o600
+# A results file read whole (a run's claim, run-config, timeline and samples; a transcript;
+# a share's claim): far above what a run writes, so a damaged one costs an error, not memory.
+RESULTS_FILE_MAX_BYTES = 256 * 1024 * 1024
 
 
 def dir_mode(file_mode: int) -> int:
@@ -275,6 +278,13 @@ def read_input_file(path: Path, *, max_bytes: int) -> bytes:
         if info.st_size > max_bytes:
             raise NotAnInputError(path, f"has {info.st_size} bytes, more than {max_bytes}")
         return handle.read(max_bytes + 1)
+
+
+def read_results_file(path: Path) -> bytes:
+    """A file of a results tree, which may be another user's (`haico compare` with a
+    colleague's campaign): `read_input_file`'s checks, so a FIFO there cannot hang a report
+    or a run; `NotAnInputError` (a ValueError) names what it is instead."""
+    return read_input_file(path, max_bytes=RESULTS_FILE_MAX_BYTES)
 
 
 _WRITE_FIXES = {

@@ -24,7 +24,7 @@ from pathlib import Path
 from pytest_haico import procfs
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ResultsError, ShareClaimedError
-from pytest_haico.files import link_new_file
+from pytest_haico.files import NotAnInputError, link_new_file, read_results_file
 
 _ATTEMPTS = 5
 
@@ -118,10 +118,10 @@ class ShareClaim:
     def release(self) -> None:
         """Remove the claim if it is still ours (a run judged dead may have lost it)."""
         try:
-            if self.path.read_bytes() == self.content:
+            if read_results_file(self.path) == self.content:
                 self.path.unlink()
-        except OSError:
-            pass  # gone already, or the file system went away: it is stale either way
+        except (OSError, NotAnInputError):
+            pass  # gone, not ours, or the file system went away: it is stale either way
 
 
 def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareClaim:
@@ -135,9 +135,13 @@ def claim_share(path: Path, me: Holder, *, share: str, file_mode: int) -> ShareC
         if link_new_file(path, content, mode=file_mode):
             return ShareClaim(path, content)
         try:
-            found = path.read_bytes()
+            found = read_results_file(path)
         except FileNotFoundError:
             continue  # released meanwhile: try again
+        except NotAnInputError as exc:
+            raise ResultsError(
+                f"{share}: the claim {path} {exc.problem}: remove it, then rerun"
+            ) from exc
         other = Holder.parse(found)
         if other is not None and not other.is_dead(me):
             raise share_claimed(share, other, path)
@@ -160,8 +164,11 @@ def _break(path: Path, stale: bytes) -> None:
     except FileNotFoundError:
         return  # another run broke it first
     try:
-        if aside.read_bytes() != stale:
-            with contextlib.suppress(FileExistsError):  # then a third run holds it
-                os.link(aside, path)
+        # Not a claim at all: put back, for the next look to name.
+        with contextlib.suppress(NotAnInputError):
+            if read_results_file(aside) == stale:
+                return
+        with contextlib.suppress(FileExistsError):  # then a third run holds it
+            os.link(aside, path)
     finally:
         aside.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from pytest_haico.config.experiment import Arm
 from pytest_haico.config.identity import source_tree
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.files import write_atomic
+from pytest_haico.files import read_results_file, write_atomic
 from pytest_haico.redact import Redactor
 from pytest_haico.slurm import client as slurm
 
@@ -76,7 +76,7 @@ class RunConfig:
     def changed_since(self, previous_run: Path) -> list[str]:
         """`KEY old → new` for each compared key that differs from an earlier run's."""
         try:
-            earlier = json.loads((previous_run / JSON_NAME).read_text())["values"]
+            earlier = json.loads(read_results_file(previous_run / JSON_NAME))["values"]
         except (OSError, ValueError, KeyError, TypeError):
             return []
         changes = []

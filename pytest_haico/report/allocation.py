@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_haico.durations import format_duration
+from pytest_haico.files import NotAnInputError, read_results_file
 from pytest_haico.ledger.model_metrics import FILE_NAME as METRICS_FILE
 from pytest_haico.ledger.model_metrics import Sample, read_csv
 from pytest_haico.ledger.timeline import FILE_NAME as TIMELINE_FILE
@@ -77,7 +78,7 @@ def read_allocation(run: RunInfo, *, samples: bool = True) -> RunAllocation:
     found = RunAllocation(run.arm, run.run_id)
     path = run.run_dir / TIMELINE_FILE
     try:
-        doc = json.loads(path.read_bytes())
+        doc = json.loads(read_results_file(path))
         if not isinstance(doc, dict):
             raise TypeError(f"a {type(doc).__name__}, not an object")
         found.shares = timeline_shares(doc)
@@ -88,17 +89,22 @@ def read_allocation(run: RunInfo, *, samples: bool = True) -> RunAllocation:
     except FileNotFoundError:
         pass
     except (OSError, ValueError, TypeError, AttributeError) as exc:
-        found.problems.append(f"{path}: unreadable ({exc}); its run's allocation is not counted")
+        problem = f"{path}: unreadable ({_why(exc)}); its run's allocation is not counted"
+        found.problems.append(problem)
     csv_path = run.run_dir / METRICS_FILE
     if not samples:
         return found
     try:
-        found.samples = read_csv(csv_path.read_text(encoding="utf-8"))
+        found.samples = read_csv(read_results_file(csv_path).decode("utf-8"))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, TypeError, KeyError) as exc:
-        found.problems.append(f"{csv_path}: unreadable ({exc!r}); its samples are not plotted")
+        found.problems.append(f"{csv_path}: unreadable ({_why(exc)}); its samples are not plotted")
     return found
+
+
+def _why(exc: Exception) -> str:
+    return exc.problem if isinstance(exc, NotAnInputError) else repr(exc)
 
 
 def read_allocations(runs: Iterable[RunInfo], *, samples: bool = True) -> list[RunAllocation]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pytest_haico.files import read_results_file
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
 from pytest_haico.report.terminal import Say, table
@@ -126,7 +127,7 @@ def _aware(moment: datetime) -> datetime:
 
 def _claimed_at(run_dir: Path) -> datetime | None:
     try:
-        claim = json.loads((run_dir / "claim.json").read_bytes())
+        claim = json.loads(read_results_file(run_dir / "claim.json"))
         return datetime.fromtimestamp(float(claim["claimed_at"]), UTC)
     except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return None

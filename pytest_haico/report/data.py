@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_haico.durations import format_duration
+from pytest_haico.files import read_results_file
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.run_startup import run_startup_s
 from pytest_haico.results import RERUN, RETRY, Attempt, Record, Results
@@ -243,7 +244,7 @@ def factored_provenance(runs: list[RunInfo]) -> tuple[dict[str, str], list[dict[
 def read_run_config(run_dir: Path) -> dict[str, str]:
     """`runs/<run_id>/run-config.json`'s values ({} when the run left none)."""
     try:
-        data = json.loads((run_dir / "run-config.json").read_bytes())
+        data = json.loads(read_results_file(run_dir / "run-config.json"))
     except (OSError, ValueError):
         return {}
     values: Any = data.get("values", data) if isinstance(data, dict) else {}

@@ -6,6 +6,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+from pytest_haico.files import read_results_file
+
 _DAY_S = 86400.0
 
 
@@ -15,7 +17,7 @@ def run_startup_s(run_dir: Path, first_started_at: str) -> float | None:
     None when the run does not say, or when it was attached to a kept stack (`KEPT_STACK` in
     its run-config): it started none."""
     try:
-        claim = json.loads((run_dir / "claim.json").read_bytes())
+        claim = json.loads(read_results_file(run_dir / "claim.json"))
         started = datetime.fromisoformat(first_started_at).timestamp()
         seconds = started - float(claim["claimed_at"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -27,7 +29,7 @@ def run_startup_s(run_dir: Path, first_started_at: str) -> float | None:
 
 def _attached(run_dir: Path) -> bool:
     try:
-        data = json.loads((run_dir / "run-config.json").read_bytes())
+        data = json.loads(read_results_file(run_dir / "run-config.json"))
     except (OSError, ValueError):
         return False
     values = data.get("values", data) if isinstance(data, dict) else {}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_haico.errors import HaicoError
+from pytest_haico.files import NotAnInputError, read_results_file
 from pytest_haico.ledger.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ class Results:
         """
         path = record.transcript_path
         try:
-            raw = path.read_bytes()
+            raw = read_results_file(path)
         except FileNotFoundError:
             raise TranscriptMissingError(
                 f"the transcript {path} of {record.arm} {record.script}-r{record.repeat} "
@@ -280,6 +281,10 @@ class Results:
             raise ResultsReadError(
                 f"cannot read the transcript {path}: [Errno {exc.errno}] {exc.strerror}: "
                 "make it readable for this user"
+            ) from exc
+        except NotAnInputError as exc:
+            raise ResultsReadError(
+                f"cannot read the transcript {path}: it {exc.problem}: move it out of {path.parent}"
             ) from exc
         events = []
         for line in raw.splitlines():
