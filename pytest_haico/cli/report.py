@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pytest_haico.cli import arguments
 from pytest_haico.cli.output import warn
+from pytest_haico.files import DEFAULT_FILE_MODE
 from pytest_haico.results import paused_gc
 
 
@@ -26,11 +27,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from pytest_haico.config.resolution import resolve_results_mode
     from pytest_haico.report.terminal import print_report
 
     campaign = arguments.campaign_dir(args)
+    # The page holds transcripts: it gets the results' mode (0640 unless widened).
+    html_mode = resolve_results_mode(arguments.resolver(args)) if args.html else DEFAULT_FILE_MODE
     with paused_gc():  # 100,000 records stay alive: the collector would walk them for nothing
-        print_report(campaign, html=args.html, say=print, warn=warn)
+        print_report(campaign, html=args.html, html_mode=html_mode, say=print, warn=warn)
         if args.finish is not None:  # ends the process while the records are still in memory
             args.finish(0)
     return 0

@@ -11,6 +11,7 @@ import html
 from collections.abc import Iterator
 from pathlib import Path
 
+from pytest_haico.files import write_atomic
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.report.allocation import PARTS, RunAllocation, iter_totals, read_allocations
 from pytest_haico.report.data import (
@@ -251,11 +252,16 @@ def render_html(report: Report) -> str:
     return "\n".join(parts)
 
 
-def write_html(report: Report, path: Path) -> None:
-    """Write the page to `path` (its directory must exist)."""
+def write_html(report: Report, path: Path, *, mode: int) -> None:
+    """Write the page to `path` (its directory must exist) with file mode `mode`.
+
+    It holds transcripts, so it gets the results' mode whatever the umask, and is written
+    whole under a temporary name and renamed: a symlink or a FIFO another user left at a
+    path in a shared /tmp is replaced (or the rename refused), never written through.
+    """
     text = render_html(report)
     try:
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text.encode("utf-8"), mode=mode)
     except OSError as exc:
         raise ResultsReadError(
             f"cannot write the HTML report {path}: [Errno {exc.errno}] {exc.strerror}: "

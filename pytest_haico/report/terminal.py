@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from pytest_haico.files import DEFAULT_FILE_MODE
 from pytest_haico.report.allocation import allocation_lines
 from pytest_haico.report.data import (
     REPORT_FIELDS,
@@ -141,9 +142,12 @@ def _provenance_lines(report: Report) -> Iterator[str]:
         )
 
 
-def print_report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> Report:
-    """Print the campaign's terminal report; with `html`, also write the HTML report there.
-    The report's records stay alive until the caller lets the report go."""
+def print_report(
+    campaign: Path, *, html: Path | None, say: Say, warn: Say, html_mode: int = DEFAULT_FILE_MODE
+) -> Report:
+    """Print the campaign's terminal report; with `html`, also write the HTML report there
+    (with file mode `html_mode`). The report's records stay alive until the caller lets the
+    report go."""
     if html is not None:
         from pytest_haico.report.html import check_plotting
 
@@ -164,6 +168,6 @@ def print_report(campaign: Path, *, html: Path | None, say: Say, warn: Say) -> R
     if html is not None:
         from pytest_haico.report.html import write_html
 
-        write_html(report, html)
+        write_html(report, html, mode=html_mode)
         say(f"\nHTML report: {html}")
     return report

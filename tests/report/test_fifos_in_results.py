@@ -4,14 +4,9 @@ costs the reader a line at most, never a hang: `haico report`, `report --html`, 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -19,43 +14,10 @@ from pytest_haico.cli.main import main
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ResultsError
 from pytest_haico.ledger.claims import Holder, claim_share
+from tests.fifos import plant_fifo, without_waiting
 from tests.results.ledgers import item_id, record, write_ledger
 
-T = TypeVar("T")
 RUN_FILES = ("timeline.json", "model-metrics.csv", "claim.json", "run-config.json")
-# A correct reader returns in milliseconds; this only bounds how long a hang is waited for.
-HANG_S = 60.0
-
-
-def plant_fifo(path: Path) -> Path:
-    path.unlink(missing_ok=True)
-    os.mkfifo(path)
-    return path
-
-
-def without_waiting(call: Callable[[], T], fifo: Path) -> T:
-    """`call()`'s value; the test fails if it is still waiting after HANG_S (then the FIFO
-    gets a writer that closes at once, which ends the call's wait)."""
-    done: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            done.append(call())
-        except BaseException as exc:  # re-raised in the test's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(HANG_S)
-    if thread.is_alive():
-        with contextlib.suppress(OSError):
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        thread.join(HANG_S)
-        pytest.fail(f"still waiting on the FIFO {fifo} after {HANG_S:.0f} s")
-    if failed:
-        raise failed[0]
-    return done[0]
 
 
 @pytest.fixture
