@@ -13,7 +13,14 @@ from pathlib import Path
 
 from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.files import DEFAULT_FILE_MODE, dir_mode, make_dirs, write_atomic
+from pytest_haico.errors import ResultsError
+from pytest_haico.files import (
+    DEFAULT_FILE_MODE,
+    dir_mode,
+    make_dirs,
+    ownership_problem,
+    write_atomic,
+)
 
 
 def job_part(job: SlurmJob, *, pid: int | None = None, now: float | None = None) -> str:
@@ -60,6 +67,32 @@ class ArmPaths:
         return self.claims_dir / f"shard-{shard.index}of{shard.count}{listed}.{stratum}.json"
 
 
+def check_arm_dirs(paths: ArmPaths) -> None:
+    """Refuse the arm's results directories (its campaign's, its own, its ledger,
+    transcripts, runs and claims), where they exist, unless each is this user's and writable
+    by nobody else: a ledger another user could put there would be taken as its records.
+    A symlink is judged by the directory it leads to."""
+    for directory in (
+        paths.root.parent,
+        paths.root,
+        paths.ledger_dir,
+        paths.transcripts_dir,
+        paths.runs_dir,
+        paths.claims_dir,
+    ):
+        try:
+            problem = ownership_problem(directory.stat())
+        except OSError:  # missing, or unreachable: what makes or reads it says so
+            continue
+        if problem is not None:
+            raise ResultsError(
+                f"the results directory {directory} {problem}: records that another user "
+                "could put there would be taken as this campaign's. Make it yours and writable "
+                "by you only (chmod go-w), or choose a results directory of your own "
+                "(--haico-results, or $PYTEST_HAICO_RESULTS)"
+            )
+
+
 def run_dir_of_ledger(ledger: Path) -> Path:
     """The run directory of the run that appends to `ledger` (`ArmPaths.ledger` reversed)."""
     return ArmPaths(ledger.parent.parent).runs_dir / ledger.name.removesuffix(".jsonl")
@@ -76,10 +109,12 @@ class RunClaim:
 def claim_run_dir(paths: ArmPaths, part: str, *, file_mode: int = DEFAULT_FILE_MODE) -> RunClaim:
     """Claim `runs/<part>.<k>` for the first free k with `mkdir`, atomic on every file system.
 
-    The arm's directories are made with the results mode. `claim.json` appears whole
+    The arm's directories are made with the results mode (`check_arm_dirs` first refuses
+    any that another user could write). `claim.json` appears whole
     or not at all; on an OS error (read-only, full) the new run directory is removed
     again and the error propagates.
     """
+    check_arm_dirs(paths)
     for directory in (paths.runs_dir, paths.ledger_dir, paths.transcripts_dir):
         make_dirs(directory, file_mode)
     k = 1

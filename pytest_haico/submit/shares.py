@@ -26,7 +26,7 @@ from pytest_haico.errors import UntrustedFileError
 from pytest_haico.files import read_owned_file
 from pytest_haico.ledger.format import RawRecord, iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
-from pytest_haico.ledger.rundir import ArmPaths, job_key_of, runs_of
+from pytest_haico.ledger.rundir import ArmPaths, check_arm_dirs, job_key_of, runs_of
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.slurm.records import TaskState
 from pytest_haico.submit.decisions import (
@@ -288,6 +288,7 @@ class _ArmLedger:
         def warn(message: str) -> None:
             say(f"haico: ledger warning: {message}")
 
+        check_arm_dirs(paths)  # what is owed is only what this user's own ledgers say
         records = iter_ledger_dir(paths.ledger_dir, warn=warn, resume_fields=True)
         self.index.add_all(self._tallied(records), warn=warn)
 

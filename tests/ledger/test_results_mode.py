@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -13,6 +14,7 @@ from pytest_haico.driver.transcripts import TranscriptWriter
 from pytest_haico.files import dir_mode, make_dirs
 from pytest_haico.redact import Redactor
 from tests.harness import CampaignProject
+from tests.stack.stack_helpers import give_to_nobody, needs_root
 
 
 def modes(root: Path) -> dict[str, set[str]]:
@@ -111,3 +113,73 @@ def test_a_transcript_takes_the_mode_of_its_directory(tmp_path: Path, file_mode:
     writer.close()
     assert writer.error is None
     assert stat.S_IMODE((directory / "t.jsonl").stat().st_mode) == file_mode
+
+
+# -- results directories another user could write -------------------------------------------
+
+
+def _refusal(directory: Path, problem: str) -> str:
+    return (
+        f"ERROR: haico: the results directory {directory} {problem}: records that another "
+        "user could put there would be taken as this campaign's. Make it yours and writable "
+        "by you only (chmod go-w), or choose a results directory of your own "
+        "(--haico-results, or $PYTEST_HAICO_RESULTS)"
+    )
+
+
+def _planted_done(campaign: CampaignProject, arm_dir: Path) -> None:
+    """A ledger that says every item is done, as another user could write one."""
+    (arm_dir / "ledger").mkdir(parents=True, exist_ok=True)
+    done = [{**record, "run_id": "999.1"} for record in campaign.records("demo")]
+    (arm_dir / "ledger" / "999.1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in done))
+
+
+@pytest.mark.parametrize("where", ["campaign", "arm", "ledger"])
+def test_a_results_directory_others_can_write_is_refused_before_its_ledgers_are_read(
+    campaign: CampaignProject, where: str
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a", "b")
+    assert campaign.run().ret == 0
+    arm_dir = campaign.root / "results" / "default" / "demo"
+    for ledger in (arm_dir / "ledger").iterdir():
+        ledger.unlink()  # the items are owed again, unless a planted ledger says otherwise
+    _planted_done(campaign, arm_dir)
+    directory = {"campaign": arm_dir.parent, "arm": arm_dir, "ledger": arm_dir / "ledger"}[where]
+    directory.chmod(0o777)
+    runs = sorted((arm_dir / "runs").iterdir())
+    result = campaign.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert _refusal(directory, "is writable by group and others (mode 0777)") in result.stderr.str()
+    assert sorted((arm_dir / "runs").iterdir()) == runs  # no run directory claimed
+    directory.chmod(0o750)
+    (arm_dir / "ledger" / "999.1.jsonl").unlink()
+    assert campaign.run().ret == 0
+    assert len(campaign.records("demo")) == 2  # run again: nothing was taken as done
+
+
+@needs_root
+def test_a_results_directory_of_another_user_is_refused(campaign: CampaignProject) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a")
+    campaign_dir = campaign.root / "results" / "default"
+    campaign_dir.mkdir(parents=True)
+    give_to_nobody(campaign_dir, mode=0o755)
+    result = campaign.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    owner = "is owned by uid 65534 (nobody), not by uid 0 (root)"
+    assert _refusal(campaign_dir, owner) in result.stderr.str()
+    assert list(campaign_dir.iterdir()) == []
+
+
+def test_a_campaign_directory_linked_to_ones_own_is_used(
+    campaign: CampaignProject, tmp_path: Path
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("a")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o750)
+    (campaign.root / "results").mkdir()
+    (campaign.root / "results" / "default").symlink_to(scratch)
+    assert campaign.run().ret == 0
+    assert len(list((scratch / "demo" / "ledger").iterdir())) == 1

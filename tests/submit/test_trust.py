@@ -49,6 +49,18 @@ def test_a_journal_another_user_owns_is_refused_with_the_command_it_plants(
     _refused(timed_out.haico("continue", "demo"), "is writable by group (mode 0660)")
 
 
+def test_a_ledger_directory_others_can_write_is_refused_and_nothing_submitted(
+    timed_out: Campaign,
+) -> None:
+    ledger_dir = timed_out.campaign_dir / "demo" / "ledger"
+    ledger_dir.mkdir(parents=True, exist_ok=True)
+    ledger_dir.chmod(0o777)  # anyone could plant records saying what is done
+    before = timed_out.slurm.jobs()
+    problem = f"the results directory {ledger_dir} is writable by group and others (mode 0777)"
+    _refused(timed_out.haico("continue", "demo"), problem, "chmod go-w")
+    assert timed_out.slurm.jobs() == before, "something was submitted"
+
+
 def test_a_fifo_in_place_of_the_journal_is_refused_without_blocking(timed_out: Campaign) -> None:
     journal = timed_out.submission().journal
     journal.unlink()
