@@ -4,12 +4,15 @@ then one job on the CPU partition that builds and pulls it. Nothing missing: no 
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from pytest_haico.config.cluster_site import ClusterSite
 from pytest_haico.config.experiment import Arm, load_arm
@@ -18,9 +21,13 @@ from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, ownership_problem
 from pytest_haico.site.images import images_to_pull, is_pulled, read_token
 from pytest_haico.site.plan import EnvPlan, VenvBuild, write_plan
 from pytest_haico.site.venv import check_replaceable, is_built, lock_digest
-from pytest_haico.slurm.jobs import sbatch
+from pytest_haico.slurm.jobs import jobs_named, sbatch
 
 JOB_NAME = "haico-env"
+# In the job's log directory; held across the queue check and the sbatch.
+LOCK_NAME = ".haico-env.lock"
+# A few squeue and sbatch calls on a busy controller.
+LOCK_WAIT_S = 120.0
 SCRIPT = Path(__file__).parents[1] / "templates" / "env.sbatch"
 DEFAULT_TIME = "1:00:00"
 
@@ -50,11 +57,14 @@ def run_env(
     environ: Mapping[str, str],
     say: Say,
 ) -> int:
-    """Plan, then submit the job (or print its sbatch line); 0 also when nothing is missing."""
+    """Plan, then submit the job (or print its sbatch line); 0 also when nothing is missing.
+
+    Under a lock in the log directory, and only while none of the user's `haico-env` jobs
+    is queued or running (a second would delete the venv the first installs into), it plans
+    again and submits: two `haico env` at once submit one job, what it did is not redone.
+    """
     plan = plan_env(site, experiments, request, say=say)
-    if plan.venv is None and not plan.pulls:
-        what = "the venv and the images are" if request.venv else "the images are"
-        say(f"haico env: nothing to do: {what if request.images else 'the venv is'} in place")
+    if _nothing_to_do(plan, request, say):
         return 0
     logs = _logs_dir(site)
     plan_file = logs / f"plan-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json"
@@ -66,10 +76,43 @@ def run_env(
     problem = ownership_problem(logs.lstat())
     if problem is not None:
         raise EnvError(f"{logs} {problem}: the job's plan and log cannot go there")
-    write_plan(plan_file, plan)
-    job_id = sbatch(argv, environ=environ)
+    with _one_at_a_time(logs / LOCK_NAME):
+        queued = jobs_named(JOB_NAME, environ=environ)
+        if queued:
+            jobs = ", ".join(f"{job} ({state})" for job, state in sorted(queued.items()))
+            say(
+                f"haico env: your job {jobs} named {JOB_NAME} is in the queue; nothing "
+                "submitted: run haico env again once it has ended, for what it left missing"
+            )
+            return 0
+        plan = plan_env(site, experiments, request, say=lambda _: None)  # a job since did it?
+        if _nothing_to_do(plan, request, say):
+            return 0
+        write_plan(plan_file, plan)
+        job_id = sbatch(argv, environ=environ)
     say(f"haico env: job {job_id} {plan.describe()}; log {logs / f'env-{job_id}.out'}")
     return 0
+
+
+def _nothing_to_do(plan: EnvPlan, request: EnvRequest, say: Say) -> bool:
+    if plan.venv is not None or plan.pulls:
+        return False
+    what = "the venv and the images are" if request.venv else "the images are"
+    say(f"haico env: nothing to do: {what if request.images else 'the venv is'} in place")
+    return True
+
+
+@contextlib.contextmanager
+def _one_at_a_time(path: Path) -> Iterator[None]:
+    """Hold `path`'s lock: two `haico env` at once then see each other's job in the queue."""
+    try:
+        with FileLock(path, timeout=LOCK_WAIT_S):
+            yield
+    except Timeout:
+        raise EnvError(
+            f"another haico env has held {path} for {LOCK_WAIT_S:.0f} s: wait for it to end, "
+            "then run this command again"
+        ) from None
 
 
 def plan_env(site: ClusterSite, experiments: Path, request: EnvRequest, *, say: Say) -> EnvPlan:

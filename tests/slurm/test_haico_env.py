@@ -78,6 +78,34 @@ def test_env_pulls_the_images_in_a_job_and_the_token_reaches_only_the_pull(
     )
 
 
+def test_two_env_commands_at_once_submit_one_job_and_nothing_is_done_twice(
+    tmp_path: Path, slurm_cluster: SlurmCluster
+) -> None:
+    """Two terminals (or a second try while the first job waits in the queue): the second
+    sees the first's job and submits nothing; the images are pulled once."""
+    site = make_env_site(tmp_path)
+    site.mark_venv_built()
+    env = {**site.environ(), **slurm_cluster.env, "SLURM_MEM_PER_CPU": "7"}
+    command = [sys.executable, "-m", "pytest_haico", "env", "--experiments", str(site.experiments)]
+    both = [
+        subprocess.Popen(command, cwd=site.root, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = sorted(process.communicate(timeout=120)[0] for process in both)
+    assert [process.returncode for process in both] == [0, 0], outs
+    submitted = [out for out in outs if re.search(r"^haico env: job \d+ ", out, re.M)]
+    assert len(submitted) == 1, outs
+    job = re.findall(r"^haico env: job (\d+) ", submitted[0], re.M)[0]
+    [other] = [out for out in outs if out is not submitted[0]]
+    # It found the job queued or running, or (had that job already ended) nothing missing.
+    assert (
+        f"haico env: your job {job} (" in other and "nothing submitted" in other
+    ) or other.splitlines()[-1].endswith("in place"), other
+    assert slurm_cluster.wait_ended(job, timeout=120) == {job: "COMPLETED"}
+    assert len(site.pulls()) == 2  # each image once
+    assert slurm_cluster.run("squeue", "-h", "-n", "haico-env").stdout.strip() == ""
+
+
 @pytest.mark.vllm
 def test_env_builds_the_tier_lock_into_a_venv_in_a_job_and_a_rerun_submits_nothing(
     tmp_path: Path, slurm_cluster: SlurmCluster
