@@ -16,7 +16,7 @@ from pytest_haico.errors import CatalogueError, ConfigError
 from pytest_haico.serve.catalogue import entry_path, make_catalogue_dir
 from pytest_haico.serve.renewal import Renewal, minutes, plan_successor, resolve_renewal
 from pytest_haico.serve.resolver import resolve_served
-from pytest_haico.slurm.jobs import jobs_named, sbatch
+from pytest_haico.slurm.jobs import jobs_named, live_jobs_named, sbatch, sole_submitter
 from pytest_haico.slurm.timelimits import parse_time_limit
 
 SCRIPT = Path(__file__).parents[1] / "templates" / "serve.sbatch"
@@ -89,7 +89,11 @@ def serve(request: ServeRequest, *, say: Say) -> int:
     argv = sbatch_argv(job)
     logs = logs_dir(request.catalogue)
     make_catalogue_dir(logs, file_mode=request.file_mode)
-    job_id = sbatch(argv)
+    # Registered only once healthy: a job of the name that is queued or starting is seen
+    # in the queue.
+    with sole_submitter(logs / f".{name}.lock", what=f"haico serve of {name!r}"):
+        _refuse_if_queued(name)
+        job_id = sbatch(argv)
     say(
         f"haico: submitted job {job_id} to serve arm {arm.name} as {name!r} "
         f"({request.profile.value} profile, time limit {time or 'the partition default'})"
@@ -162,6 +166,19 @@ def sbatch_argv(job: ModelJob, *, after: str | None = None) -> list[str]:
     if after is not None:
         argv.append(after)
     return [*argv, str(SCRIPT), *job.job_arguments()]
+
+
+def _refuse_if_queued(name: str) -> None:
+    """A job of `name` in the queue (pending, or starting its model): a second would hold
+    GPUs for a model that is served already."""
+    queued = live_jobs_named(job_name(name))
+    if queued:
+        jobs = ", ".join(f"{job} ({state})" for job, state in sorted(queued.items()))
+        raise CatalogueError(
+            f"{name!r} has your job {jobs} in the queue already; it registers once its model "
+            f"is healthy (`haico serve status {name}`): wait for it, or `haico serve stop "
+            f"{name}` first"
+        )
 
 
 def _refuse_if_served(catalogue: Path, name: str) -> None:

@@ -4,15 +4,12 @@ then one job on the CPU partition that builds and pulls it. Nothing missing: no 
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from pytest_haico.config.cluster_site import ClusterSite
 from pytest_haico.config.experiment import Arm, load_arm
@@ -21,13 +18,11 @@ from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, ownership_problem
 from pytest_haico.site.images import images_to_pull, is_pulled, read_token
 from pytest_haico.site.plan import EnvPlan, VenvBuild, write_plan
 from pytest_haico.site.venv import check_replaceable, is_built, lock_digest
-from pytest_haico.slurm.jobs import jobs_named, sbatch
+from pytest_haico.slurm.jobs import live_jobs_named, sbatch, sole_submitter
 
 JOB_NAME = "haico-env"
 # In the job's log directory; held across the queue check and the sbatch.
 LOCK_NAME = ".haico-env.lock"
-# A few squeue and sbatch calls on a busy controller.
-LOCK_WAIT_S = 120.0
 SCRIPT = Path(__file__).parents[1] / "templates" / "env.sbatch"
 DEFAULT_TIME = "1:00:00"
 
@@ -76,8 +71,8 @@ def run_env(
     problem = ownership_problem(logs.lstat())
     if problem is not None:
         raise EnvError(f"{logs} {problem}: the job's plan and log cannot go there")
-    with _one_at_a_time(logs / LOCK_NAME):
-        queued = jobs_named(JOB_NAME, environ=environ)
+    with sole_submitter(logs / LOCK_NAME, what="haico env"):
+        queued = live_jobs_named(JOB_NAME, environ=environ)
         if queued:
             jobs = ", ".join(f"{job} ({state})" for job, state in sorted(queued.items()))
             say(
@@ -100,19 +95,6 @@ def _nothing_to_do(plan: EnvPlan, request: EnvRequest, say: Say) -> bool:
     what = "the venv and the images are" if request.venv else "the images are"
     say(f"haico env: nothing to do: {what if request.images else 'the venv is'} in place")
     return True
-
-
-@contextlib.contextmanager
-def _one_at_a_time(path: Path) -> Iterator[None]:
-    """Hold `path`'s lock: two `haico env` at once then see each other's job in the queue."""
-    try:
-        with FileLock(path, timeout=LOCK_WAIT_S):
-            yield
-    except Timeout:
-        raise EnvError(
-            f"another haico env has held {path} for {LOCK_WAIT_S:.0f} s: wait for it to end, "
-            "then run this command again"
-        ) from None
 
 
 def plan_env(site: ClusterSite, experiments: Path, request: EnvRequest, *, say: Say) -> EnvPlan:

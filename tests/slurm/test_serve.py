@@ -120,6 +120,34 @@ def test_a_served_model_registers_answers_with_its_key_and_deregisters_when_stop
     assert "deregistered standin" in log and "stopped (SIGTERM)" in log, log
 
 
+def test_two_serve_commands_at_once_submit_one_model_job(
+    project: Path, slurm_cluster: SlurmCluster
+) -> None:
+    """Two terminals, or a second try before the first job registered: the second sees the
+    first's job (queued or starting) or its entry, and submits nothing."""
+    command = [sys.executable, "-m", "pytest_haico", "serve", "standin", "--profile", "local"]
+    both = [
+        subprocess.Popen(
+            [*command, "--time", "5"],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [process.communicate(timeout=120)[0] for process in both]
+    codes = sorted(process.returncode for process in both)
+    assert codes == [0, 2], outs
+    submitted, refused = sorted(outs, key=lambda out: "submitted job " not in out)
+    job = _job_id(submitted)
+    assert (
+        f"'standin' has your job {job} (" in refused or "'standin' is served already" in refused
+    ), refused
+    queue = slurm_cluster.run("squeue", "-h", "-n", "haico.serve.standin", "-o", "%i").stdout
+    assert queue.split() == [job]
+
+
 def test_usr1_and_a_crash_of_the_model_server_each_deregister(
     project: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
