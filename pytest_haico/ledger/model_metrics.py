@@ -39,26 +39,36 @@ def csv_line(sample: Sample) -> bytes:
     return (",".join(_fmt(v) for v in astuple(sample)) + "\n").encode()
 
 
-def read_csv(text: str) -> list[Sample]:
-    """The samples of the file's text; a damaged row raises ValueError, KeyError or
-    TypeError (the reader names the file)."""
+def read_csv(text: str) -> tuple[list[Sample], int]:
+    """The samples of the file's text, and how many rows were damaged and skipped (a line a
+    killed sampler left unfinished: the next one starts on a line of its own). A header
+    without the columns raises ValueError (the reader names the file)."""
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is not None and not set(COLUMNS) <= set(reader.fieldnames):
+        raise ValueError(f"its header is not {','.join(COLUMNS)}")
+    samples: list[Sample] = []
+    damaged = 0
+    for row in reader:
+        try:
+            samples.append(_sample(row))
+        except (ValueError, TypeError):
+            damaged += 1
+    return samples, damaged
 
+
+def _sample(row: dict[str, str]) -> Sample:
     def num(raw: str) -> float | None:
         return float(raw) if raw else None
 
-    rows = list(csv.DictReader(io.StringIO(text)))
-    return [
-        Sample(
-            t_s=float(r["t_s"]),
-            running=num(r["running"]),
-            waiting=num(r["waiting"]),
-            kv_cache_usage=num(r["kv_cache_usage"]),
-            prompt_tokens=num(r["prompt_tokens"]),
-            generation_tokens=num(r["generation_tokens"]),
-            in_flight=int(r["in_flight"]),
-            queued=int(r["queued"]),
-            backend_cpu_s=num(r["backend_cpu_s"]),
-            client_cpu_s=float(r["client_cpu_s"]),
-        )
-        for r in rows
-    ]
+    return Sample(
+        t_s=float(row["t_s"]),
+        running=num(row["running"]),
+        waiting=num(row["waiting"]),
+        kv_cache_usage=num(row["kv_cache_usage"]),
+        prompt_tokens=num(row["prompt_tokens"]),
+        generation_tokens=num(row["generation_tokens"]),
+        in_flight=int(row["in_flight"]),
+        queued=int(row["queued"]),
+        backend_cpu_s=num(row["backend_cpu_s"]),
+        client_cpu_s=float(row["client_cpu_s"]),
+    )

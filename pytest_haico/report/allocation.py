@@ -95,7 +95,9 @@ def read_allocation(run: RunInfo, *, samples: bool = True) -> RunAllocation:
     if not samples:
         return found
     try:
-        found.samples = read_csv(read_results_file(csv_path).decode("utf-8"))
+        found.samples, damaged = read_csv(read_results_file(csv_path).decode("utf-8"))
+        if damaged:
+            found.problems.append(f"{csv_path}: {damaged} damaged row(s) skipped")
     except FileNotFoundError:
         pass
     except (OSError, ValueError, TypeError, KeyError) as exc:

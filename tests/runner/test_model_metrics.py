@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_haico.ledger.model_metrics import COLUMNS, Sample, csv_line, read_csv
 from pytest_haico.runner.adaptive import AdaptiveConcurrency
 from pytest_haico.runner.model_metrics import parse_metrics, summarise, summary_line
@@ -46,7 +48,17 @@ def test_parse_sums_over_labels_and_ignores_other_names() -> None:
 def test_csv_round_trips() -> None:
     sample = Sample(1.5, 2.0, None, 0.5, 10.0, 3.0, 4, 7, None, 0.25)
     text = ",".join(COLUMNS) + "\n" + csv_line(sample).decode()
-    assert read_csv(text) == [sample]
+    assert read_csv(text) == ([sample], 0)
+
+
+def test_a_row_a_killed_sampler_left_unfinished_is_skipped_and_counted() -> None:
+    first, later = (Sample(t, 1.0, 0.0, 0.5, 10.0, 3.0, 4, 7, None, 0.25) for t in (1.0, 3.0))
+    whole = csv_line(first).decode()
+    # What append_line leaves after a kill mid-line: the torn row, then the next on its own.
+    text = ",".join(COLUMNS) + "\n" + whole + whole[:9] + "\n" + csv_line(later).decode()
+    assert read_csv(text) == ([first, later], 1)
+    with pytest.raises(ValueError, match="its header is not t_s,running,"):
+        read_csv("t_s,runn\n" + whole)
 
 
 def test_a_busy_model_names_no_bottleneck() -> None:
