@@ -1,6 +1,6 @@
-"""Slurm's jobs: submitting one, finding one by its name (or this user's queued ones), how
-its array tasks stand, when it ends and whether it has ended, how it stands now, and
-cancelling it."""
+"""Slurm's jobs: submitting one (one command at a time where a second would submit it
+twice), finding one by its name (or this user's queued ones), how its array tasks stand,
+when it ends and whether it has ended, how it stands now, and cancelling it."""
 
 from __future__ import annotations
 
