@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 from pytest_haico.errors import HaicoError
+from pytest_haico.files import ownership_problem
 
 TEMPLATE = Path(__file__).parents[1] / "templates" / "project"
 
@@ -27,6 +28,12 @@ def init(target: Path) -> list[Path]:
         raise InitError(
             f"{target} exists and is not an empty directory: give a new directory, or move "
             "what is there"
+        )
+    problem = ownership_problem(target.stat()) if target.exists() else None
+    if problem is not None:
+        raise InitError(
+            f"{target} {problem}: another user could swap what your campaigns run (the test "
+            "module is Python that pytest imports): give a directory of your own"
         )
     # Imported here: `haico` loads every command's module, and these load the experiment
     # models (pydantic), which no other command's start-up should pay for.

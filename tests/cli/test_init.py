@@ -44,3 +44,17 @@ def test_init_refuses_a_directory_that_holds_something(tmp_path: Path) -> None:
     [line] = refused.stderr.splitlines()
     assert "is not an empty directory" in line
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
+def test_init_refuses_an_empty_directory_others_can_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # as a directory another user made for you, or one left open
+    refused = _run("-m", "pytest_haico", "init", "shared", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "haico: shared is writable by group and others (mode 0777): another user could "
+        "swap what your campaigns run (the test module is Python that pytest imports): give "
+        "a directory of your own"
+    ]
+    assert list(shared.iterdir()) == []
