@@ -39,6 +39,7 @@ from pytest_haico.config.resolution import (
 )
 from pytest_haico.config.settings import Profile
 from pytest_haico.config.values import MODEL_API_KEY_ENV, enum_parser, parse_command, parse_name
+from pytest_haico.files import dir_mode, make_dirs
 from pytest_haico.report.compare import print_comparison
 from pytest_haico.results import paused_gc
 from pytest_haico.stack.kept import KeptState, read_state, state_path
@@ -136,13 +137,12 @@ def _validate(request: Request, say: Say) -> int:
     refuse_the_same_build(*builds)
     name = request.campaign or f"validate-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
     campaign_dir = places.results / parse_name(name, "--campaign")
-    if campaign_dir.exists():
-        raise ValidateError(
-            f"{campaign_dir} exists: each validation writes a new campaign, so the records of "
-            "two validations never mix; give another --campaign"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_new_campaign(campaign_dir, resolve_results_mode(r)))
+        say(f"haico: validate: arm {arm}, campaign {campaign_dir}")
+        model = stack.enter_context(
+            _model(request.attach, arm, profile, places, r, campaign_dir, say)
         )
-    say(f"haico: validate: arm {arm}, campaign {campaign_dir}")
-    with _model(request.attach, arm, profile, places, r, campaign_dir, say) as model:
         endpoint = model.state.model_endpoint
         identity = model_identity(
             load_arm(places.experiments / "arms" / f"{arm}.toml"),
@@ -229,6 +229,28 @@ def _arm_name(given: str | None, experiments: Path) -> str:
         f"{experiments / 'arms'} has {what} ({', '.join(arms) or 'none'}): give --arm NAME, "
         "the arm whose items both builds run"
     )
+
+
+@contextlib.contextmanager
+def _new_campaign(campaign_dir: Path, file_mode: int) -> Iterator[None]:
+    """Make the campaign's directory, which no other validation may have made (two started
+    in the same second have the same default name); removed again if it is still empty
+    when the validation stops early."""
+    make_dirs(campaign_dir.parent, file_mode)
+    try:
+        campaign_dir.mkdir(dir_mode(file_mode))
+    except FileExistsError:
+        raise ValidateError(
+            f"{campaign_dir} exists: each validation writes a new campaign, so the records of "
+            "two validations never mix; give another --campaign"
+        ) from None
+    os.chmod(campaign_dir, dir_mode(file_mode))  # mkdir's mode went through the umask
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            campaign_dir.rmdir()  # only while empty: no record is ever removed
+        raise
 
 
 @contextlib.contextmanager

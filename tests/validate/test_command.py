@@ -11,6 +11,7 @@ import pytest
 from pytest_haico.cli.main import main
 from pytest_haico.config.values import parse_command
 from pytest_haico.validate import session
+from pytest_haico.validate.builds import ValidateError
 from tests.harness import clear_campaign_environment
 
 
@@ -135,3 +136,24 @@ def test_only_the_first_sigterm_raises_so_the_stop_it_starts_is_never_cut_short(
             stopped.append("the worktree and the stack")
     assert stopped == ["the worktree and the stack"]
     assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_two_validations_of_one_name_cannot_both_take_its_campaign(tmp_path: Path) -> None:
+    """Two started in the same second get the same default name, validate-<UTC second>."""
+    campaign = tmp_path / "results" / "validate-20261205T160000Z"
+    with session._new_campaign(campaign, 0o640):
+        assert oct(campaign.stat().st_mode & 0o777) == "0o750"
+        with (
+            pytest.raises(ValidateError, match="exists: each validation writes a new"),
+            session._new_campaign(campaign, 0o640),
+        ):
+            pass
+        (campaign / "alpha").mkdir()  # the first one's records
+    assert (campaign / "alpha").is_dir()
+
+
+def test_a_validation_that_stops_before_it_records_leaves_no_campaign(tmp_path: Path) -> None:
+    campaign = tmp_path / "results" / "validate-20261205T160000Z"
+    with pytest.raises(KeyboardInterrupt), session._new_campaign(campaign, 0o640):
+        raise KeyboardInterrupt
+    assert not campaign.exists() and (tmp_path / "results").is_dir()
