@@ -273,11 +273,24 @@ def read_input_file(path: Path, *, max_bytes: int) -> bytes:
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a directory or a device"
-            raise NotAnInputError(path, f"is {kind}, not a regular file")
+            raise NotAnInputError(path, f"is a {file_kind(info.st_mode)}, not a regular file")
         if info.st_size > max_bytes:
             raise NotAnInputError(path, f"has {info.st_size} bytes, more than {max_bytes}")
         return handle.read(max_bytes + 1)
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode is, in words: "regular file", "FIFO", "symbolic link", ..."""
+    kinds = (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def read_results_file(path: Path) -> bytes:

@@ -36,12 +36,12 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_haico.errors import ResultsError
+from pytest_haico.files import file_kind
 from pytest_haico.ledger.damage import damaged_field
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def iter_ledger(
             path, _os_problem(exc), "make it readable for this user"
         ) from exc
     try:
-        kind = _file_kind(os.fstat(fd).st_mode)
+        kind = file_kind(os.fstat(fd).st_mode)
     except OSError:
         os.close(fd)
         raise
@@ -316,15 +316,3 @@ def iter_ledger_dir(
 
 def _os_problem(exc: OSError) -> str:
     return f"[Errno {exc.errno}] {exc.strerror}"
-
-
-def _file_kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISREG, "regular file"),
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    )
-    return next((name for test, name in kinds if test(mode)), "special file")

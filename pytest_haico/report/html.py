@@ -7,11 +7,12 @@ to its transcript (`html_items`)."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_haico.files import write_atomic
+from pytest_haico.files import file_kind, write_atomic
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.report.allocation import PARTS, RunAllocation, iter_totals, read_allocations
 from pytest_haico.report.data import (
@@ -256,10 +257,18 @@ def write_html(report: Report, path: Path, *, mode: int) -> None:
     """Write the page to `path` (its directory must exist) with file mode `mode`.
 
     It holds transcripts, so it gets the results' mode whatever the umask, and is written
-    whole under a temporary name and renamed: a symlink or a FIFO another user left at a
-    path in a shared /tmp is replaced (or the rename refused), never written through.
+    whole under a temporary name and renamed over a regular file; anything else at `path`
+    (a symlink or a FIFO another user left in a shared /tmp, /dev/null) is refused, never
+    written through or replaced.
     """
     text = render_html(report)
+    with contextlib.suppress(OSError):  # missing: it is made; unreachable: the write says so
+        kind = file_kind(path.lstat().st_mode)
+        if kind != "regular file":
+            raise ResultsReadError(
+                f"cannot write the HTML report {path}: it is a {kind}, not a regular file: "
+                "choose another --html path"
+            )
     try:
         write_atomic(path, text.encode("utf-8"), mode=mode)
     except OSError as exc:

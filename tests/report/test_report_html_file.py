@@ -1,6 +1,7 @@
 """The file `haico report --html FILE` writes: the results' mode whatever the umask (the
-page holds transcripts), and written whole and renamed, so a symlink or a FIFO that
-another user left at FILE (a shared /tmp) is replaced, never written through or waited on."""
+page holds transcripts), written whole and renamed over a regular file; a symlink or a FIFO
+that another user left at FILE (a shared /tmp) is refused, never written through, replaced
+or waited on."""
 
 from __future__ import annotations
 
@@ -47,23 +48,27 @@ def test_the_page_gets_the_results_mode_whatever_the_umask(
     assert [p.name for p in tmp_path.iterdir() if p.name != "results"] == ["report.html"]
 
 
-def test_a_symlink_at_the_path_is_replaced_and_its_target_left_alone(
-    campaign: Path, tmp_path: Path
+def test_a_symlink_at_the_path_is_refused_and_its_target_left_alone(
+    campaign: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = tmp_path / "someone-elses-file"
     target.write_text("theirs\n")
     page = tmp_path / "report.html"
     page.symlink_to(target)
-    assert main(["report", str(campaign), "--html", str(page)]) == 0
-    assert not page.is_symlink() and "<html" in page.read_text()
-    assert target.read_text() == "theirs\n"
+    assert main(["report", str(campaign), "--html", str(page)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"haico: cannot write the HTML report {page}: it is a symbolic link, not a regular "
+        "file: choose another --html path"
+    )
+    assert page.is_symlink() and target.read_text() == "theirs\n"
 
 
-def test_a_fifo_at_the_path_is_replaced_without_waiting_for_a_reader(
-    campaign: Path, tmp_path: Path
+def test_a_fifo_at_the_path_is_refused_without_waiting_for_a_reader(
+    campaign: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     page = tmp_path / "report.html"
     os.mkfifo(page)
     argv = ["report", str(campaign), "--html", str(page)]
-    assert without_waiting(lambda: main(argv), page) == 0
-    assert stat.S_ISREG(page.stat().st_mode) and "<html" in page.read_text()
+    assert without_waiting(lambda: main(argv), page) == 2
+    assert "it is a FIFO, not a regular file" in capsys.readouterr().err
+    assert stat.S_ISFIFO(page.lstat().st_mode)
