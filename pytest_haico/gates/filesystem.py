@@ -14,7 +14,15 @@ from pathlib import Path
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV, inputs_digest, is_digest
 from pytest_haico.errors import ConfigError
-from pytest_haico.files import create_file, describe_filesystem, make_dirs, write_all
+from pytest_haico.files import (
+    NotAnInputError,
+    create_file,
+    describe_filesystem,
+    file_kind,
+    make_dirs,
+    read_input_file,
+    write_all,
+)
 from pytest_haico.gates.result import GateResult, failed, passed
 
 INPUTS_PRESENT = "inputs_present"
@@ -30,6 +38,9 @@ FROZEN_FIX = (
     "or submit again (a new submission) to run the edit"
 )
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# A model's config.json, its shard index or a cache ref, read whole: opened without waiting
+# (a FIFO in a shared cache must not hang the gate and the allocation with it), and bounded.
+MODEL_FILE_MAX_BYTES = 64 * 1024 * 1024
 # The weights' index (or single file), best first; vLLM loads each format.
 _WEIGHTS = (
     ("model.safetensors.index.json", True),
@@ -186,8 +197,10 @@ def _hf_snapshot(cache: Path, hf_id: str, revision: str) -> tuple[Path | None, s
     else:
         ref = repo / "refs" / revision
         try:
-            commit = ref.read_text(encoding="utf-8").strip()
-        except OSError:
+            commit = read_input_file(ref, max_bytes=MODEL_FILE_MAX_BYTES).decode().strip()
+        except NotAnInputError as exc:
+            return None, f"revision {revision!r} of {hf_id}: {ref} {exc.problem}"
+        except (OSError, ValueError):
             return None, f"revision {revision!r} of {hf_id} is not in the cache (no {ref})"
     snapshot = repo / "snapshots" / commit
     if not snapshot.is_dir():
@@ -200,7 +213,7 @@ def _weights_problem(directory: Path) -> tuple[str | None, str]:
     if not directory.is_dir():
         return "not a directory", ""
     try:
-        json.loads((directory / "config.json").read_bytes())
+        json.loads(read_input_file(directory / "config.json", max_bytes=MODEL_FILE_MAX_BYTES))
     except FileNotFoundError:
         return "no config.json", ""
     except (OSError, ValueError) as exc:
@@ -211,7 +224,7 @@ def _weights_problem(directory: Path) -> tuple[str | None, str]:
             continue
         if not is_index:
             problem = _unreadable(path)
-            return (None, f"config.json + {name}") if problem is None else (problem, "")
+            return (None, f"config.json + {name}") if problem is None else (f"{name} {problem}", "")
         return _index_problem(path)
     names = " or ".join(name for name, _ in _WEIGHTS[:2])
     return f"no weights: neither {names} (nor a pytorch_model.bin index)", ""
@@ -219,7 +232,8 @@ def _weights_problem(directory: Path) -> tuple[str | None, str]:
 
 def _index_problem(index: Path) -> tuple[str | None, str]:
     try:
-        weight_map = json.loads(index.read_bytes())["weight_map"]
+        document = json.loads(read_input_file(index, max_bytes=MODEL_FILE_MAX_BYTES))
+        weight_map = document["weight_map"]
         shards = sorted(set(weight_map.values()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{index.name} is unreadable or has no weight_map ({exc!r})", ""
@@ -235,14 +249,21 @@ def _index_problem(index: Path) -> tuple[str | None, str]:
 
 
 def _unreadable(path: Path) -> str | None:
-    """None when `path` is a file this process can open and read, else why not."""
+    """None when `path` is a regular file this process can open and read, else why not."""
     try:
-        with open(path, "rb") as handle:
-            handle.read(1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return "does not exist"
     except OSError as exc:
         return f"cannot be read: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as handle:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind != "regular file":
+            return f"is a {kind}, not a regular file"
+        try:
+            handle.read(1)
+        except OSError as exc:
+            return f"cannot be read: {exc.strerror or exc}"
     return None
 
 

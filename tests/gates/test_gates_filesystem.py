@@ -15,6 +15,7 @@ from pytest_haico.gates.filesystem import (
     check_results_writable,
     resolve_hf_cache,
 )
+from tests.fifos import plant_fifo, without_waiting
 from tests.gates.conftest import Mount
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -162,6 +163,37 @@ def test_an_unknown_revision_or_an_interrupted_download_fails(tmp_path: Path) ->
     assert not partial.passed
     assert "lists shards that are missing: model-00001-of-00002.safetensors" in partial.detail
     assert "(an interrupted download?)" in partial.detail
+
+
+@pytest.mark.parametrize(
+    ("planted", "problem"),
+    [
+        ("config.json", "config.json is unreadable or not JSON ("),
+        ("model.safetensors.index.json", "model.safetensors.index.json is unreadable or has no"),
+        ("model.safetensors", "model.safetensors is a FIFO, not a regular file"),
+        ("refs/main", "revision 'main' of Qwen/Qwen2.5-7B-Instruct: "),
+    ],
+)
+def test_a_fifo_in_a_shared_model_cache_fails_the_gate_without_waiting(
+    tmp_path: Path, planted: str, problem: str
+) -> None:
+    """A FIFO where a model file belongs (another user's, in a shared cache) would hold the
+    gate, and the allocation, until the walltime; it fails the gate at once instead."""
+    cache = write_hf_cache(tmp_path / "hub")
+    repo = cache / "models--Qwen--Qwen2.5-7B-Instruct"
+    snapshot = repo / "snapshots" / COMMIT
+    if planted == "model.safetensors":  # the single-file layout
+        for path in snapshot.glob("model*"):
+            path.unlink()
+    fifo = plant_fifo(repo / planted if planted.startswith("refs/") else snapshot / planted)
+    result = without_waiting(
+        lambda: check_inputs_present(hf_arm(), needs_weights=True, hf_cache=cache, scripts=[]),
+        fifo,
+    )
+    assert not result.passed
+    assert problem in result.detail
+    if planted in ("config.json", "refs/main"):
+        assert "is a FIFO, not a regular file" in result.detail
 
 
 def test_the_hf_cache_is_found_as_huggingface_hub_finds_it(tmp_path: Path) -> None:
