@@ -8,7 +8,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_haico.config.limits import MAX_CLUSTER_ENV_BYTES
 from pytest_haico.errors import ConfigError
+from pytest_haico.files import read_input_file
 
 # What a site may set; anything else is a typo until proven otherwise.
 KNOWN_KEYS = {
@@ -51,9 +53,9 @@ class ClusterEnv:
 
 def load_cluster_env(path: Path) -> ClusterEnv:
     """Parse `path`; every problem names the file, the line and the fix."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # not waiting on a FIFO: in an allocation that would last until its walltime
+        text = read_input_file(path, max_bytes=MAX_CLUSTER_ENV_BYTES).decode("utf-8")
+    except (OSError, ValueError) as exc:  # NotAnInputError, UnicodeDecodeError
         raise ConfigError(str(path), "", f"cannot read cluster.env: {exc}") from None
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):

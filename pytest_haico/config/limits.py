@@ -30,3 +30,4 @@ MAX_SEED = 2**32 - 1
 MAX_RATE_LIMIT_RPM = 100_000
 MAX_CPUS = 1024
 MAX_ARM_FILE_BYTES = 1024 * 1024  # an arm is a few dozen keys
+MAX_CLUSTER_ENV_BYTES = 1024 * 1024  # cluster.env is a few dozen lines

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_haico.config.cluster_env import load_cluster_env
 from pytest_haico.errors import ConfigError
+from tests.fifos import plant_fifo, without_waiting
 
 EXAMPLE = Path(__file__).parents[2] / "experiments" / "cluster.env.example"
 
@@ -92,3 +93,10 @@ def test_the_example_loads_and_names_only_commands_that_exist(
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     for command in commands:
         assert shutil.which(command.split()[0], path=path), f"{command!r}: no such command"
+
+
+def test_a_fifo_in_place_of_cluster_env_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = plant_fifo(tmp_path / "cluster.env")
+    with pytest.raises(ConfigError) as caught:
+        without_waiting(lambda: load_cluster_env(fifo), fifo)
+    assert f"cannot read cluster.env: {fifo} is a FIFO, not a regular file" in str(caught.value)
