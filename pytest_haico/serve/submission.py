@@ -13,10 +13,11 @@ from pytest_haico.config.cluster_env import ClusterEnv
 from pytest_haico.config.experiment import load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import CatalogueError, ConfigError
+from pytest_haico.locks import holding
 from pytest_haico.serve.catalogue import entry_path, make_catalogue_dir
 from pytest_haico.serve.renewal import Renewal, minutes, plan_successor, resolve_renewal
 from pytest_haico.serve.resolver import resolve_served
-from pytest_haico.slurm.jobs import jobs_named, live_jobs_named, sbatch, sole_submitter
+from pytest_haico.slurm.jobs import jobs_named, live_jobs_named, sbatch
 from pytest_haico.slurm.timelimits import parse_time_limit
 
 SCRIPT = Path(__file__).parents[1] / "templates" / "serve.sbatch"
@@ -91,7 +92,7 @@ def serve(request: ServeRequest, *, say: Say) -> int:
     make_catalogue_dir(logs, file_mode=request.file_mode)
     # Registered only once healthy: a job of the name that is queued or starting is seen
     # in the queue.
-    with sole_submitter(logs / f".{name}.lock", what=f"haico serve of {name!r}"):
+    with holding(logs / f".{name}.lock", what=f"serving {name!r}", command="serve", say=say):
         _refuse_if_queued(name)
         job_id = sbatch(argv)
     say(

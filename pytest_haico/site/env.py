@@ -15,10 +15,11 @@ from pytest_haico.config.cluster_site import ClusterSite
 from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.errors import HaicoError
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, ownership_problem
+from pytest_haico.locks import holding
 from pytest_haico.site.images import images_to_pull, is_pulled, read_token
 from pytest_haico.site.plan import EnvPlan, VenvBuild, write_plan
 from pytest_haico.site.venv import check_replaceable, is_built, lock_digest
-from pytest_haico.slurm.jobs import live_jobs_named, sbatch, sole_submitter
+from pytest_haico.slurm.jobs import live_jobs_named, sbatch
 
 JOB_NAME = "haico-env"
 # In the job's log directory; held across the queue check and the sbatch.
@@ -71,7 +72,7 @@ def run_env(
     problem = ownership_problem(logs.lstat())
     if problem is not None:
         raise EnvError(f"{logs} {problem}: the job's plan and log cannot go there")
-    with sole_submitter(logs / LOCK_NAME, what="haico env"):
+    with holding(logs / LOCK_NAME, what="haico env", command="env", say=say):
         queued = live_jobs_named(JOB_NAME, environ=environ)
         if queued:
             jobs = ", ".join(f"{job} ({state})" for job, state in sorted(queued.items()))

@@ -1,18 +1,14 @@
-"""Slurm's jobs: submitting one (one command at a time where a second would submit it
-twice), finding one by its name (or this user's queued ones), how its array tasks stand,
-when it ends and whether it has ended, how it stands now, and cancelling it."""
+"""Slurm's jobs: submitting one, finding one by its name (or this user's queued ones), how
+its array tasks stand, when it ends and whether it has ended, how it stands now, and
+cancelling it."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from pytest_haico.slurm import client
 from pytest_haico.slurm.client import IN_JOB_TIMEOUT_S, NoAnswer, NotRun, Run, SlurmError
@@ -34,25 +30,6 @@ from pytest_haico.slurm.records import (
 
 class SubmissionRefused(SlurmError):
     """sbatch said the job was not submitted ("Batch job submission failed: ...")."""
-
-
-# A few squeue and sbatch calls on a busy controller.
-SUBMITTER_WAIT_S = 120.0
-
-
-@contextlib.contextmanager
-def sole_submitter(lock: Path, *, what: str, wait_s: float = SUBMITTER_WAIT_S) -> Iterator[None]:
-    """Hold the file lock `lock` (beside the jobs' logs) while looking at the queue and
-    submitting, so that two commands at once see each other's job: `what` (``haico env``)
-    names them in the `SlurmError` raised after `wait_s`."""
-    try:
-        with FileLock(lock, timeout=wait_s):
-            yield
-    except Timeout:
-        raise SlurmError(
-            f"another {what} has held {lock} for {wait_s:.0f} s: wait for it to end, then "
-            "run this command again"
-        ) from None
 
 
 def sbatch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None) -> str:

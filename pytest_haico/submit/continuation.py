@@ -17,7 +17,7 @@ from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost, current_items
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
 from pytest_haico.submit.decisions import Action, Decision, Rules, decide
-from pytest_haico.submit.inputs import Submission, submissions_dir
+from pytest_haico.submit.inputs import Submission, submission_lock
 from pytest_haico.submit.jobs import (
     Request,
     Say,
@@ -31,7 +31,6 @@ from pytest_haico.submit.jobs import (
     pytest_args,
 )
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob
-from pytest_haico.submit.lock import holding, lock_path
 from pytest_haico.submit.reconcile import Reconciler, refresh_ends
 from pytest_haico.submit.shares import Share, item_specs, survey
 from pytest_haico.submit.submitting import run_jobs, show
@@ -67,8 +66,7 @@ def continue_round(submission: Submission, request: Request, *, say: Say) -> Rou
     the submission's lock unless it is a dry run."""
     if request.dry_run:
         return _round(submission, request, say=say)
-    path = lock_path(submissions_dir(submission.campaign_dir), submission.name)
-    with holding(path, command="continue", say=say):
+    with submission_lock(submission.campaign_dir, submission.name, command="continue", say=say):
         return _round(submission, request, say=say)
 
 

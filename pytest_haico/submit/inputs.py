@@ -9,6 +9,8 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from pytest_haico.config.frozen import inputs_digest
 from pytest_haico.config.project import config_file_in
 from pytest_haico.errors import HaicoError, UntrustedFileError
 from pytest_haico.files import make_dirs, ownership_problem, read_owned_file, write_atomic
+from pytest_haico.locks import holding
 
 SUBMISSIONS_DIR = "submissions"
 MANIFEST_FILE = "submission.json"
@@ -145,6 +148,16 @@ class Submission:
 def submissions_dir(campaign_dir: Path) -> Path:
     """Where a campaign's submissions are."""
     return campaign_dir / SUBMISSIONS_DIR
+
+
+def submission_lock(
+    campaign_dir: Path, name: str, *, command: str, say: Callable[[str], object]
+) -> AbstractContextManager[None]:
+    """Hold submission `name`'s lock as `haico <command>`: one writer per submission, from
+    the first read of its journal to the last sbatch. The lock is beside the submission's
+    directory, which the first `haico submit` makes while holding it."""
+    lock = submissions_dir(campaign_dir) / f".{name}.lock"
+    return holding(lock, what=f"submission {name}", command=command, say=say)
 
 
 def submission_name(digest: str) -> str:

@@ -24,6 +24,7 @@ from pytest_haico.submit.inputs import (
     Submission,
     freeze,
     planned_submission,
+    submission_lock,
     submissions_dir,
 )
 from pytest_haico.submit.jobs import (
@@ -37,7 +38,6 @@ from pytest_haico.submit.jobs import (
     pytest_args,
 )
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob, now_iso
-from pytest_haico.submit.lock import holding, lock_path
 from pytest_haico.submit.reconcile import Reconciler, refresh_ends
 from pytest_haico.submit.shares import item_specs
 from pytest_haico.submit.submitting import run_jobs, show
@@ -59,9 +59,7 @@ def submit(
         raise InputsError(
             f"cannot make {submissions_dir(campaign_dir)}: {exc.strerror or exc}"
         ) from exc
-    with holding(
-        lock_path(submissions_dir(campaign_dir), name), command=f"submit --stage {stage}", say=say
-    ):
+    with submission_lock(campaign_dir, name, command=f"submit --stage {stage}", say=say):
         # Read again under the lock: another command may have frozen it meanwhile.
         submission = planned_submission(campaign_dir, sources, profile)
         existed = submission.dir.is_dir()

@@ -40,10 +40,10 @@ def until_done(
 ) -> int:
     """Continue round after round; FINISHED when every share is done, STOPPED (naming the
     share and why) when one needs a person."""
+    from pytest_haico.locks import LockHeldError
     from pytest_haico.slurm.client import CommandFailed, NoAnswer
     from pytest_haico.submit.continuation import continue_round
     from pytest_haico.submit.journal import now_iso
-    from pytest_haico.submit.lock import SubmissionLocked
 
     interval = every_min
     previous: _State | None = None
@@ -53,7 +53,7 @@ def until_done(
         say(f"haico: round {number} at {now_iso()}")
         try:
             result = continue_round(submission, request, say=say)
-        except (SubmissionLocked, NoAnswer, CommandFailed) as exc:
+        except (LockHeldError, NoAnswer, CommandFailed) as exc:
             # Another haico command, or a controller that did not answer: try again later.
             state = None
             why = f"this round could not finish ({exc})"
