@@ -1,7 +1,7 @@
 """The demo-shaped campaign through the full local stack: throughput, speed-up, CPU and memory.
 
 Run: python benchmarks/campaign.py [--conversations N] [--memory-conversations M] [--part P]
-     [--repeats R]
+     [--repeats R] (P: throughput, speedup, idle, memory; default all)
 
 * throughput: N conversations x 3 turns, 100 ms completions, at concurrency 16 and 1
   (reported without a target; the ideal is conversations x turns x latency / concurrency);
@@ -12,6 +12,10 @@ Run: python benchmarks/campaign.py [--conversations N] [--memory-conversations M
   alternating order, the best span of each counts; each line shows the load average before
   it and the backend's share of a core over the span (at 16 in flight it is the bottleneck:
   well under 100% means other processes took its core);
+* idle: 640 conversations x 2 turns, 250 ms completions, at concurrency 16 (20 s of model
+  time: about 20 of the sampler's 1 s samples, enough to judge 10%), R runs: the model's
+  idle share, as the run's own timeline.json records it (the share of samples while
+  conversing in which the model ran nothing while items remained); target <= 10%;
 * memory: M conversations at concurrency 64, peak memory of the pytest process
   (target <= 300 MB).
 
@@ -44,6 +48,8 @@ SPEEDUP_CONVERSATIONS = 64
 SPEEDUP_TURNS = 2
 SPEEDUP_LATENCY_MS = 250
 SPEEDUP_TARGET = 8.0
+IDLE_CONVERSATIONS = 640
+IDLE_TARGET = 0.10
 ROLES = ("pytest", "llm", "backend", "postgres")
 _SERVICE_MODULES = {"pytest_haico.standins.llm": "llm", "pytest_haico.standins.backend": "backend"}
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -326,6 +332,31 @@ def speedup(repeats: int) -> None:
     )
 
 
+def idle(repeats: int) -> None:
+    n, turns, latency = IDLE_CONVERSATIONS, SPEEDUP_TURNS, SPEEDUP_LATENCY_MS
+    shares: list[float] = []
+    for _ in range(repeats):
+        load = os.getloadavg()[0]
+        result = run(n, 16, turns=turns, latency_ms=latency)
+        model = result.timelines[-1].get("model") or {}
+        share = model.get("idle_share")
+        if share is not None:
+            shares.append(share)
+        shown = "too few samples to judge" if share is None else f"{share:.1%}"
+        print(
+            f"{n} conversations x {turns} turns, {latency} ms completions, at concurrency 16: "
+            f"model idle (of conversing time with items remaining): {shown} "
+            f"({model.get('samples', 0)} samples, {model.get('mean_running')} running on "
+            f"average); load {load:.1f} before -- {result.summary}"
+        )
+    if shares:
+        worst = max(shares)
+        print(
+            f"model idle at 16 in flight, worst of {len(shares)}: {worst:.1%} "
+            f"(target <= {IDLE_TARGET:.0%}: {'met' if worst <= IDLE_TARGET else 'NOT met'})"
+        )
+
+
 def memory(m: int) -> None:
     result = run(m, 64)
     print(
@@ -339,13 +370,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--conversations", type=int, default=64)
     parser.add_argument("--memory-conversations", type=int, default=200)
-    parser.add_argument("--part", choices=("all", "throughput", "speedup", "memory"), default="all")
-    parser.add_argument("--repeats", type=int, default=2, help="speed-up runs per concurrency")
+    parts = ("all", "throughput", "speedup", "idle", "memory")
+    parser.add_argument("--part", choices=parts, default="all")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="speed-up runs per concurrency, idle runs"
+    )
     args = parser.parse_args()
     if args.part in ("all", "throughput"):
         throughput(args.conversations)
     if args.part in ("all", "speedup"):
         speedup(args.repeats)
+    if args.part in ("all", "idle"):
+        idle(args.repeats)
     if args.part in ("all", "memory"):
         memory(args.memory_conversations)
 
