@@ -92,7 +92,9 @@ def serve(request: ServeRequest, *, say: Say) -> int:
     make_catalogue_dir(logs, file_mode=request.file_mode)
     # Registered only once healthy: a job of the name that is queued or starting is seen
     # in the queue.
-    with holding(logs / f".{name}.lock", what=f"serving {name!r}", command="serve", say=say):
+    with holding(
+        logs / f".{name}.lock", what=f"the served name {name!r}", command="serve", say=say
+    ):
         _refuse_if_queued(name)
         job_id = sbatch(argv)
     say(

@@ -72,7 +72,7 @@ def run_env(
     problem = ownership_problem(logs.lstat())
     if problem is not None:
         raise EnvError(f"{logs} {problem}: the job's plan and log cannot go there")
-    with holding(logs / LOCK_NAME, what="haico env", command="env", say=say):
+    with holding(logs / LOCK_NAME, what="haico env's job", command="env", say=say):
         queued = live_jobs_named(JOB_NAME, environ=environ)
         if queued:
             jobs = ", ".join(f"{job} ({state})" for job, state in sorted(queued.items()))
