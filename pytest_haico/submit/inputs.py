@@ -270,21 +270,26 @@ def check_trusted(directory: Path) -> None:
     regular file or a directory (not a symlink, FIFO or device), else an `InputsError`
     naming the first that is not: the jobs run what it holds under this user's name. The
     jobs' logs are not looked into (Slurm writes them; nothing reads them as input). Only
-    `lstat` is used, so a FIFO is refused without waiting for a writer."""
+    `lstat` is used, so a FIFO is refused without waiting for a writer. An entry gone by
+    the time it is looked at is no longer in the tree: another haico command of this
+    submission renamed its temporary file into place (its checklist, a share's items)."""
     todo = [directory]
     while todo:
         current = todo.pop()
         try:
             info = os.lstat(current)
+            problem = ownership_problem(info)
+            if problem is None and not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+                problem = "is not a regular file"
+            if problem is not None:
+                raise InputsError(untrusted(current, problem))
+            if stat.S_ISDIR(info.st_mode) and current != directory / "logs":
+                todo += sorted(current.iterdir(), reverse=True)
+        except FileNotFoundError:
+            if current == directory:
+                raise InputsError(f"cannot read {current}: it is gone") from None
         except OSError as exc:
             raise InputsError(f"cannot read {current}: {exc.strerror or exc}") from exc
-        problem = ownership_problem(info)
-        if problem is None and not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-            problem = "is not a regular file"
-        if problem is not None:
-            raise InputsError(untrusted(current, problem))
-        if stat.S_ISDIR(info.st_mode) and current != directory / "logs":
-            todo += sorted(current.iterdir(), reverse=True)
 
 
 def untrusted(path: Path, problem: str) -> str:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from pytest_haico.submit.inputs import InputsError, check_trusted
 from tests.submit.campaign import Campaign
 
 
@@ -104,3 +106,31 @@ def test_a_submission_frozen_under_a_group_writable_umask_is_still_this_users_al
         if path.parent.name != "logs"
     }
     assert set(modes.values()) == {0}, modes
+
+
+def test_a_temporary_file_renamed_into_place_while_the_tree_is_checked_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four `haico submit` at once: one checks the frozen tree (before it waits for the lock)
+    # while the holder renames its checklist's temporary file into place. The entry listed a
+    # moment before is gone when it is looked at; that is no reason to refuse the submission.
+    directory = tmp_path / "ec5aa43d8e94"
+    (directory / "experiments").mkdir(parents=True)
+    (directory / "experiments" / "demo.toml").write_text("")
+    temp = directory / ".checklist.md.4711.9014a909.tmp"
+    temp.write_text("# checklist\n")
+    lstat = os.lstat
+
+    def renamed_just_before(path: str | os.PathLike[str]) -> os.stat_result:
+        if Path(path) == temp:
+            temp.rename(directory / "checklist.md")  # the holder's os.replace, this moment
+        return lstat(path)
+
+    monkeypatch.setattr(os, "lstat", renamed_just_before)
+    check_trusted(directory)
+    monkeypatch.undo()
+    assert (directory / "checklist.md").is_file() and not temp.exists()
+
+    # A tree that is gone as a whole is still an error, in one line.
+    with pytest.raises(InputsError, match=f"cannot read {tmp_path / 'gone'}: it is gone"):
+        check_trusted(tmp_path / "gone")
