@@ -59,6 +59,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {DEFAULT_MAX_ROUNDS})",
     )
     cont.add_argument(
+        "--no-exclude",
+        action="store_true",
+        help="keep no node out of the reruns: by default a node on which several attempts "
+        "failed by the infrastructure, while the same arm's attempts recorded items "
+        "elsewhere, is excluded (sbatch --exclude), and stays excluded in later rounds",
+    )
+    cont.add_argument(
         "--until-done",
         action="store_true",
         help="continue every --every minutes until every share is done (exit 0) or one "
@@ -159,4 +166,5 @@ def _request(args: argparse.Namespace) -> Request:
         dry_run=args.dry_run,
         include_cancelled=getattr(args, "include_cancelled", False),
         max_rounds=getattr(args, "max_rounds", DEFAULT_MAX_ROUNDS),
+        exclude_nodes=not getattr(args, "no_exclude", False),
     )

@@ -7,6 +7,7 @@ one environment policy, and typed answers.
     jobs         submit a job, find one by name, its tasks' states, its end time, its end
     hostlist     Slurm host lists expanded into node names (scontrol's, else our own)
     timelimits   time limits as sbatch --time takes them; partitions and their caps (sinfo)
+    nodes        the nodes of each partition (sinfo)
 
 May import: `pytest_haico.config` and the shared helpers.
 """

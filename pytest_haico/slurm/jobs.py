@@ -128,7 +128,7 @@ def task_states(job_id: str, *, environ: Mapping[str, str] | None = None) -> dic
         # sources lack would read as "unknown to Slurm".
         shown.checked()
     accounted = client.run(
-        ["sacct", "-X", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"],
+        ["sacct", "-X", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"],
         environ=environ,
     )
     if accounted.ok:

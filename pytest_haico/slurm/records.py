@@ -59,10 +59,12 @@ def parse_task_ids(text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class TaskState:
-    """Where an array task stands: Slurm's state word and the exit code ("75:0")."""
+    """Where an array task stands: Slurm's state word, the exit code ("75:0") and the node
+    its batch script ran on (None: not yet, or Slurm did not say)."""
 
     state: str
     exit_code: str
+    node: str | None = None
 
     @property
     def text(self) -> str:
@@ -89,6 +91,7 @@ class JobRecord:
     submit: str | None = None  # SubmitTime as printed; None: the line has none
     start: str | None = None  # StartTime as printed; None: the line has none
     batch_host: str | None = None  # the node the batch script runs on, once it runs
+    nodes: str | None = None  # NodeList as printed (``hn2``, ``hn[1-2]``); None: none yet
     restarts: int = 0  # how often Slurm requeued the job (its SLURM_RESTART_COUNT)
 
     @property
@@ -102,8 +105,16 @@ class JobRecord:
         return (0,) if self.array_tasks is None else self.array_tasks
 
     @property
+    def node(self) -> str | None:
+        """The node its batch script ran on: BatchHost, else a NodeList of one node (the
+        job completion log has no BatchHost)."""
+        if self.batch_host is not None:
+            return self.batch_host
+        return one_node(self.nodes)
+
+    @property
     def task_state(self) -> TaskState:
-        return TaskState(self.state, self.exit_code)
+        return TaskState(self.state, self.exit_code, self.node)
 
     def end_time(self) -> float | None:
         """The end time in epoch seconds, None for none (UNLIMITED, pending); `ValueError`
@@ -146,6 +157,7 @@ def parse_job_records(text: str) -> list[JobRecord]:
                 submit=fields.get("SubmitTime"),
                 start=fields.get("StartTime"),
                 batch_host=_known_host(fields.get("BatchHost")),
+                nodes=_known_host(fields.get("NodeList")),
                 restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
             )
         )
@@ -153,7 +165,15 @@ def parse_job_records(text: str) -> list[JobRecord]:
 
 
 def _known_host(text: str | None) -> str | None:
-    return None if text is None or text.lower() in _NO_TIME | {"(null)"} else text
+    return None if text is None or text.lower() in _NO_TIME | {"(null)", "none assigned"} else text
+
+
+def one_node(node_list: str | None) -> str | None:
+    """The node of a node list that names exactly one (``hn2``); None for none, or for a
+    list of several (``hn[1-2]``, ``hn1,hn2``)."""
+    if node_list is None or not node_list or any(c in node_list for c in "[],"):
+        return None
+    return node_list
 
 
 def record_of(records: list[JobRecord], job_id: str) -> JobRecord | None:
@@ -205,16 +225,18 @@ def parse_sacct_job_ids(stdout: str) -> set[str]:
 
 
 def parse_sacct_tasks(stdout: str, job_id: str) -> dict[int, TaskState]:
-    """The tasks of array `job_id` in ``sacct -X -P -n -o JobID,State,ExitCode``; a pending
-    group (``9_[3-4]``) stands for each of its tasks."""
+    """The tasks of array `job_id` in ``sacct -X -P -n -o JobID,State,ExitCode,NodeList``
+    (NodeList may be left out); a pending group (``9_[3-4]``) stands for each of its
+    tasks."""
     states: dict[int, TaskState] = {}
     for line in stdout.splitlines():
         parts = line.split("|")
-        if len(parts) != 3 or not parts[0].startswith(f"{job_id}_"):
+        if len(parts) not in (3, 4) or not parts[0].startswith(f"{job_id}_"):
             continue
         state = parts[1].split()[0] if parts[1] else "?"  # "CANCELLED by 0"
+        node = one_node(_known_host(parts[3])) if len(parts) == 4 else None
         for task in parse_task_ids(parts[0].partition("_")[2].strip("[]")):
-            states.setdefault(task, TaskState(state, parts[2]))
+            states.setdefault(task, TaskState(state, parts[2], node))
     return states
 
 

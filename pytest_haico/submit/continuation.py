@@ -15,6 +15,8 @@ from pytest_haico.config.experiment import Arm, Experiments, load_experiments
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost, current_items
+from pytest_haico.slurm.client import SlurmError
+from pytest_haico.slurm.nodes import read_partition_nodes
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
 from pytest_haico.submit.decisions import Action, Decision, Rules, decide
 from pytest_haico.submit.inputs import Submission, submission_lock
@@ -31,8 +33,9 @@ from pytest_haico.submit.jobs import (
     pytest_args,
 )
 from pytest_haico.submit.journal import Journal, JournaledJob, PlannedJob
+from pytest_haico.submit.nodes import Exclusions, blame
 from pytest_haico.submit.reconcile import Reconciler, refresh_ends
-from pytest_haico.submit.shares import Share, item_specs, survey
+from pytest_haico.submit.shares import Census, Share, item_specs, survey
 from pytest_haico.submit.submitting import run_jobs, show
 
 
@@ -84,15 +87,22 @@ def _round(submission: Submission, request: Request, *, say: Say) -> Round:
     refresh_ends(jobs, journal)
     experiments = load_experiments(submission.experiments)
     rules = Rules(include_cancelled=request.include_cancelled, max_rounds=request.max_rounds)
-    decided = tuple(
-        (share, decide(share.evidence, rules))
-        for share in survey(submission, experiments, jobs, say=say)
-    )
+    census = survey(submission, experiments, jobs, say=say)
+    decided = tuple((share, decide(share.evidence, rules)) for share in census.shares)
+    exclusions = _exclusions(jobs, census, request)
+    if exclusions.nodes:
+        decided = _kept_off(decided, exclusions, experiments, say=say)
     for share, decision in decided:
         verdict = _verdict(share, decision)
         say(f"haico: {share.label}: {_end_text(share)}, {share.owed_text}: {verdict}")
     rerun = [share for share, decision in decided if decision.action is Action.RERUN]
-    plans = _plans(submission, experiments, jobs, rerun, request, say=say) if rerun else []
+    if rerun and exclusions.nodes:
+        say(f"haico: the reruns exclude node(s) {exclusions.text()}")
+    plans = (
+        _plans(submission, experiments, jobs, rerun, request, exclusions.nodes, say=say)
+        if rerun
+        else []
+    )
     result = Round(decided=decided, resubmitted=len(plans))
     if result.finished:
         # A smoke share's items are among the full stage's too: each is counted once.
@@ -108,6 +118,50 @@ def _round(submission: Submission, request: Request, *, say: Say) -> Round:
     elif plans:
         run_jobs(submission, experiments, jobs, plans, reconciler, say=say)
     return result
+
+
+def _exclusions(jobs: Mapping[str, JournaledJob], census: Census, request: Request) -> Exclusions:
+    """The nodes reruns stay off: every node an earlier round excluded, and every node the
+    infrastructure failures now cluster on (none with --no-exclude)."""
+    if not request.exclude_nodes:
+        return Exclusions(earlier=(), blamed={})
+    earlier = tuple(sorted({node for job in jobs.values() for node in job.plan.exclude}))
+    return Exclusions(earlier=earlier, blamed=blame(census.placements))
+
+
+def _kept_off(
+    decided: Sequence[tuple[Share, Decision]],
+    exclusions: Exclusions,
+    experiments: Experiments,
+    *,
+    say: Say,
+) -> tuple[tuple[Share, Decision], ...]:
+    """The reruns with their node's exclusion said; a rerun with no node left to run on (every
+    node of its partition excluded) stops instead, naming them."""
+    try:
+        partitions: dict[str, tuple[str, ...]] | None = read_partition_nodes()
+    except SlurmError as exc:
+        say(f"haico: cannot list the partitions' nodes ({exc}): excluding without that check")
+        partitions = None
+    kept = []
+    for share, decision in decided:
+        if decision.action is Action.RERUN:
+            arm = experiments.arms[share.job.plan.arm]
+            partition = arm.slurm.partition if arm.slurm and arm.slurm.partition else ""
+            nodes = (partitions or {}).get(partition, ())
+            why = exclusions.why(share.evidence.node)
+            if exclusions.leaves_nothing(nodes):
+                where = f"partition {partition}" if partition else "the default partition"
+                decision = Decision(
+                    Action.STOP,
+                    f"{decision.reason}, but every node of {where} is excluded: "
+                    f"{exclusions.text()}; ask your site to look at them (sinfo -R), then "
+                    "`haico continue --no-exclude` runs on them again",
+                )
+            elif why is not None:
+                decision = Decision(Action.RERUN, f"{decision.reason}; {why}")
+        kept.append((share, decision))
+    return tuple(kept)
 
 
 def _end_text(share: Share) -> str:
@@ -145,10 +199,12 @@ def _plans(
     jobs: Mapping[str, JournaledJob],
     rerun: Sequence[Share],
     request: Request,
+    exclude: tuple[str, ...],
     *,
     say: Say,
 ) -> list[PlannedJob]:
-    """The continuation jobs of the shares to rerun, one stage `continue-<n>` per round."""
+    """The continuation jobs of the shares to rerun, one stage `continue-<n>` per round, each
+    kept off the `exclude` nodes."""
     rounds = {j.plan.stage for j in jobs.values() if j.plan.stage.startswith("continue-")}
     stage = f"continue-{len(rounds) + 1}"
     current = current_items(item_specs(submission, experiments))
@@ -163,9 +219,12 @@ def _plans(
         arm = experiments.arms[arm_name]
         name = job_name(submission, stage, arm_name, stratum)
         if request.tasks is None:
-            plans += _same_shards(
-                name, stage, by_job, submission, arm, measured, partitions, request
-            )
+            plans += [
+                replace(plan, exclude=exclude)
+                for plan in _same_shards(
+                    name, stage, by_job, submission, arm, measured, partitions, request
+                )
+            ]
             continue
         shares = [share for group in by_job.values() for share in group]
         items = list(dict.fromkeys(spec.test_id for share in shares for spec in share.owed))
@@ -191,6 +250,7 @@ def _plans(
                 pytest_args=pytest_args(submission, arm_name, stratum, items=items_file),
                 continues={job: tuple(s.task for s in group) for job, group in by_job.items()},
                 why=f"{why}; {len(items)} owed items over {task_count} tasks",
+                exclude=exclude,
             )
         )
         if not request.dry_run:

@@ -97,6 +97,10 @@ class Evidence:
     gate: GateFailure | None = None  # the failed gate of its newest run, when it exited 78
     dependency: Dependency | None = None
     log: str = ""  # the job's log, for the reasons that send the user to it
+    node: str | None = None  # the node it ran on, where known
+    # The nodes on which `gate` passed for the same arm: then the node failed it, not the
+    # campaign (one failed task in an otherwise healthy array).
+    gate_passed_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def decide(evidence: Evidence, rules: Rules) -> Decision:
             f"and the controller forgot it): read its log {log}, then rerun it with "
             "--include-cancelled if it was cut short",
         )
-    infrastructure = _infrastructure(end, evidence.gate)
+    infrastructure = _infrastructure(end, evidence)
     if infrastructure is not None:
         return _rerun(infrastructure, evidence, rules)
     status = _status(end)
@@ -162,17 +166,22 @@ def decide(evidence: Evidence, rules: Rules) -> Decision:
     return Decision(Action.STOP, f"ended {end.text}, which no rule reruns: read its log {log}")
 
 
-def _infrastructure(end: TaskState, gate: GateFailure | None) -> str | None:
+def _infrastructure(end: TaskState, evidence: Evidence) -> str | None:
     """Why the infrastructure, not the share, ended the attempt; None when it did not."""
     if end.state in _INFRA_STATES:
         return _INFRA_STATES[end.state]
     if end.state != "FAILED":
         return None
-    status, signal = _status(end), _signal(end)
+    status, signal, gate = _status(end), _signal(end), evidence.gate
     if status == 75:
         return "exit 75: drained, or items owed a retry"
     if status == 78 and gate is not None and gate.name == WALLTIME_GATE:
         return "the walltime gate: less time left than an item costs"
+    if status == 78 and gate is not None and evidence.gate_passed_on:
+        return (
+            f"gate {gate.name} failed on node {evidence.node}, and passed for this arm on "
+            f"{evidence.gate_passed_on}: the node, not the campaign"
+        )
     if signal in _SIGNALS:
         return f"killed by {_SIGNALS[signal]}"
     if status is not None and status - 128 in _SIGNALS:

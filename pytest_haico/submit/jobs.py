@@ -43,6 +43,7 @@ class Request:
     dry_run: bool = False
     include_cancelled: bool = False
     max_rounds: int = DEFAULT_MAX_ROUNDS
+    exclude_nodes: bool = True  # keep reruns off the nodes their failures cluster on
 
 
 def sbatch_argv(
@@ -75,6 +76,8 @@ def sbatch_argv(
         argv += arm_slurm.resource_options()
     if dependency is not None:
         argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
+    if plan.exclude:
+        argv.append(f"--exclude={','.join(plan.exclude)}")
     return [*argv, str(submission.script), *plan.pytest_args]
 
 

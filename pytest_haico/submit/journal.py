@@ -53,6 +53,7 @@ class PlannedJob:
     continues: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     why: str = ""  # where the walltime and the array size came from
     argv: tuple[str, ...] = ()  # the sbatch command line, once its dependencies are known
+    exclude: tuple[str, ...] = ()  # nodes it must not run on (sbatch --exclude)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +69,7 @@ class PlannedJob:
             "continues": {name: list(tasks) for name, tasks in self.continues.items()},
             "why": self.why,
             "argv": list(self.argv),
+            "exclude": list(self.exclude),
         }
 
     @classmethod
@@ -88,6 +90,7 @@ class PlannedJob:
             },
             why=str(data.get("why", "")),
             argv=tuple(str(a) for a in data.get("argv", ())),
+            exclude=tuple(str(n) for n in data.get("exclude", ())),
         )
 
 
@@ -102,6 +105,8 @@ class JournaledJob:
     job_id: str | None = None
     # Array task id -> "STATE EXITCODE" (e.g. "TIMEOUT 0:0", "FAILED 75:0").
     ended: dict[int, str] = field(default_factory=dict)
+    # Array task id -> the node its batch script ran on, where Slurm said.
+    hosts: dict[int, str] = field(default_factory=dict)
 
 
 class Journal:
@@ -120,8 +125,13 @@ class Journal:
     def submitted(self, name: str, job_id: str, *, how: str = "sbatch") -> None:
         self._append(JobState.SUBMITTED, name, job_id=job_id, how=how)
 
-    def ended(self, name: str, tasks: Mapping[int, str]) -> None:
-        self._append(JobState.ENDED, name, tasks={str(t): s for t, s in sorted(tasks.items())})
+    def ended(self, name: str, tasks: Mapping[int, str], hosts: Mapping[int, str]) -> None:
+        self._append(
+            JobState.ENDED,
+            name,
+            tasks={str(t): s for t, s in sorted(tasks.items())},
+            hosts={str(t): h for t, h in sorted(hosts.items())},
+        )
 
     def _append(self, state: JobState, name: str, **fields: Any) -> None:
         entry = {"state": state.value, "job": name, "time": now_iso(), **fields}
@@ -203,6 +213,7 @@ def _apply(jobs: dict[str, JournaledJob], entry: Any) -> None:
             raise ValueError(f"job id {job.job_id!r}")
     if state is JobState.ENDED:
         job.ended = {int(task): str(end) for task, end in entry["tasks"].items()}
+        job.hosts = {int(task): str(host) for task, host in entry.get("hosts", {}).items()}
     job.state = state
     job.since = time
 

@@ -113,8 +113,9 @@ def refresh_ends(jobs: Mapping[str, JournaledJob], journal: Journal) -> None:
             continue
         states = task_states(job.job_id)
         job.ended = {task: state.text for task, state in states.items()}
+        job.hosts = {task: state.node for task, state in states.items() if state.node}
         if all(t in states and states[t].final for t in job.plan.tasks):
-            journal.ended(job.plan.name, job.ended)
+            journal.ended(job.plan.name, job.ended, job.hosts)
             job.state = JobState.ENDED
 
 

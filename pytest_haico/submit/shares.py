@@ -7,9 +7,7 @@ nothing."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -22,27 +20,19 @@ from pytest_haico.config.items import (
     submitted_item_specs,
 )
 from pytest_haico.config.settings import Profile, Shard
-from pytest_haico.errors import UntrustedFileError
-from pytest_haico.files import read_owned_file
-from pytest_haico.ledger.format import RawRecord, iter_ledger_dir
 from pytest_haico.ledger.resume import ResumeIndex
-from pytest_haico.ledger.rundir import ArmPaths, check_arm_dirs, job_key_of, runs_of
+from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.slurm.records import TaskState
-from pytest_haico.submit.decisions import (
-    Dependency,
-    Evidence,
-    GateFailure,
-    RunGates,
-    had_its_chance,
-)
+from pytest_haico.submit.decisions import Dependency, Evidence, had_its_chance
 from pytest_haico.submit.inputs import Submission
 from pytest_haico.submit.jobs import Say, limit_of, log_of, plan_items_file
 from pytest_haico.submit.journal import JournaledJob, PlannedJob
+from pytest_haico.submit.ledgers import ArmLedger
+from pytest_haico.submit.nodes import Placement, gate_passed_elsewhere
 
 # (job name, array task): one attempt at a share.
 Attempt = tuple[str, int]
-_TERMINAL = frozenset(verdict for verdict in Verdict if verdict.is_terminal)
 
 
 @dataclass(frozen=True)
@@ -155,14 +145,23 @@ def end_of(job: JournaledJob, task: int) -> TaskState | None:
     if not text:
         return None
     state, _, code = text.partition(" ")
-    return TaskState(state, code)
+    return TaskState(state, code, job.hosts.get(task))
+
+
+@dataclass(frozen=True)
+class Census:
+    """The newest attempt at every share of a submission, and where every attempt ran."""
+
+    shares: list[Share]
+    placements: list[Placement]
 
 
 def survey(
     submission: Submission, experiments: Experiments, jobs: Mapping[str, JournaledJob], *, say: Say
-) -> list[Share]:
-    """The newest attempt at every share of the submission, with its evidence."""
-    return _Survey(submission, experiments, jobs, say).shares()
+) -> Census:
+    """The newest attempt at every share of the submission, with its evidence, and every
+    attempt's placement on its node."""
+    return _Survey(submission, experiments, jobs, say).census()
 
 
 class _Survey:
@@ -180,17 +179,40 @@ class _Survey:
         self.specs: dict[tuple[str, str], list[ItemSpec]] = {}
         for spec in item_specs(submission, experiments):
             self.specs.setdefault((spec.arm.name, spec.stratum), []).append(spec)
-        self.ledgers: dict[str, _ArmLedger] = {}
+        self.ledgers: dict[str, ArmLedger] = {}
         self.depths: dict[Attempt, tuple[int, int]] = {}
 
-    def shares(self) -> list[Share]:
+    def census(self) -> Census:
+        placements = {
+            (job.plan.name, task): self.ledger(job.plan.arm).placements(
+                f"{job.job_id}_{task}", end_of(job, task)
+            )
+            for job in self.lineage.submitted
+            for task in job.plan.tasks
+        }
+        everywhere = [p for found in placements.values() for p in found]
         owed = {attempt: self.owed(attempt) for attempt in self.lineage.newest}
-        return [self.share(attempt, owed) for attempt in self.lineage.newest]
+        shares = [
+            self.share(attempt, owed, placements[attempt], everywhere)
+            for attempt in self.lineage.newest
+        ]
+        return Census(shares, everywhere)
 
-    def share(self, attempt: Attempt, owed: Mapping[Attempt, Sequence[ItemSpec]]) -> Share:
+    def share(
+        self,
+        attempt: Attempt,
+        owed: Mapping[Attempt, Sequence[ItemSpec]],
+        placed: Sequence[Placement],
+        everywhere: Sequence[Placement],
+    ) -> Share:
         job, task = self.jobs[attempt[0]], attempt[1]
         arm = self.ledger(job.plan.arm)
         end = end_of(job, task)
+        newest = placed[-1] if placed else None
+        node = end.node if end is not None else None
+        if node is None and newest is not None:
+            node = newest.node
+        elsewhere = None if newest is None else gate_passed_elsewhere(newest, everywhere)
         log = log_of(self.submission, job.plan, job.job_id or "", task)
         gate = None
         if end is not None and end.exit_code.partition(":")[0] == "78":
@@ -215,13 +237,15 @@ class _Survey:
                 gate=gate,
                 dependency=dependency,
                 log=str(log),
+                node=node,
+                gate_passed_on=elsewhere,
             ),
         )
 
-    def ledger(self, arm: str) -> _ArmLedger:
+    def ledger(self, arm: str) -> ArmLedger:
         if arm not in self.ledgers:
             paths = ArmPaths(self.submission.campaign_dir / arm)
-            self.ledgers[arm] = _ArmLedger(paths, self.say)
+            self.ledgers[arm] = ArmLedger(arm, paths, self.say)
         return self.ledgers[arm]
 
     def selection(self, attempt: Attempt) -> list[ItemSpec]:
@@ -274,59 +298,6 @@ def _dependency(
 def _done(index: ResumeIndex, spec: ItemSpec) -> bool:
     prior = index.get(spec.item_id)
     return prior is not None and prior.done
-
-
-class _ArmLedger:
-    """One arm's ledgers read once: each item's newest record, and how many terminal
-    records the runs of each Slurm job part wrote (its attempts' progress)."""
-
-    def __init__(self, paths: ArmPaths, say: Say) -> None:
-        self.paths = paths
-        self.index = ResumeIndex()
-        self.terminal: Counter[str] = Counter()
-
-        def warn(message: str) -> None:
-            say(f"haico: ledger warning: {message}")
-
-        check_arm_dirs(paths)  # what is owed is only what this user's own ledgers say
-        records = iter_ledger_dir(paths.ledger_dir, warn=warn, resume_fields=True)
-        self.index.add_all(self._tallied(records), warn=warn)
-
-    def _tallied(self, records: Iterable[RawRecord]) -> Iterator[RawRecord]:
-        for record in records:
-            key = job_key_of(record.path.stem)
-            if key is not None and record.data.get("verdict") in _TERMINAL:
-                self.terminal[key] += 1
-            yield record
-
-    def gates(self, key: str) -> RunGates | None:
-        """What the gates.json of job part `key`'s newest run that has one says; None when
-        none has one, or it is not this user's own readable file."""
-        for run in reversed(runs_of(self.paths, key)):
-            try:
-                document = json.loads(read_owned_file(run / "gates.json"))
-            except FileNotFoundError:
-                continue
-            except (UntrustedFileError, OSError, ValueError):
-                return None  # the decision then names the job's log instead
-            gates = [g for g in document.get("gates", ()) if isinstance(g, dict)]
-            failed = next((g for g in gates if g.get("passed") is False), None)
-            failure = None
-            if failed is not None:
-                failure = GateFailure(
-                    str(failed.get("name", "?")),
-                    str(failed.get("detail", "")),
-                    str(failed.get("fix", "")),
-                )
-            names = frozenset(str(g.get("name")) for g in gates if g.get("passed") is True)
-            return RunGates(failure, passed=names)
-        return None
-
-    def failed_gate(self, key: str) -> GateFailure | None:
-        """The failed gate of job part `key`'s newest run with a gates.json; None when it has
-        none, or none failed."""
-        gates = self.gates(key)
-        return None if gates is None else gates.failure
 
 
 def items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[ItemSpec]:

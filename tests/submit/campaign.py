@@ -84,9 +84,14 @@ class Campaign:
         ours = [s for s in specs if (s.arm.name, s.stratum) == (plan.arm, plan.stratum)]
         return items_of_task(plan, task, ours)
 
-    def record(self, fragment: str, task: int, verdicts: Sequence[str]) -> None:
-        """Ledger records for the share's first items not yet done, as its run writes them."""
+    def record(
+        self, fragment: str, task: int, verdicts: Sequence[str], *, node: str | None = None
+    ) -> None:
+        """Ledger records for the share's first items not yet done, as its run writes them;
+        `node`: the run-config's NODE of that run."""
         job = self.job(fragment)
+        if node is not None:
+            self.run_config(fragment, task, node=node)
         ledger = self.campaign_dir / "demo" / "ledger" / f"{job.job_id}_{task}.1.jsonl"
         ledger.parent.mkdir(parents=True, exist_ok=True)
         items = [s for s in self.items(fragment, task) if s.item_id not in self.done]
@@ -111,14 +116,29 @@ class Campaign:
                 if verdict == "completed":
                     self.done.add(spec.item_id)
 
-    def gates(self, fragment: str, task: int, passed: Sequence[str]) -> None:
+    def gates(
+        self, fragment: str, task: int, passed: Sequence[str], *, failed: str | None = None
+    ) -> None:
         """The gates.json of the share's run, every gate of `passed` passed (as a run that
-        got that far writes it)."""
+        got that far writes it), then `failed` failed."""
+        run = self.run_dir(fragment, task)
+        gates = [{"name": name, "passed": True, "detail": "", "fix": ""} for name in passed]
+        if failed is not None:
+            gates.append({"name": failed, "passed": False, "detail": "it failed", "fix": ""})
+        document = {"passed": failed is None, "gates": gates}
+        (run / "gates.json").write_text(json.dumps(document))
+
+    def run_dir(self, fragment: str, task: int) -> Path:
+        """The share's run directory (its first run), made if need be."""
         job = self.job(fragment)
         run = self.campaign_dir / "demo" / "runs" / f"{job.job_id}_{task}.1"
-        run.mkdir(parents=True)
-        gates = [{"name": name, "passed": True, "detail": "", "fix": ""} for name in passed]
-        (run / "gates.json").write_text(json.dumps({"passed": True, "gates": gates}))
+        run.mkdir(parents=True, exist_ok=True)
+        return run
+
+    def run_config(self, fragment: str, task: int, *, node: str) -> None:
+        """The run-config.json of the share's run, naming the node it ran on."""
+        document = {"values": {"NODE": node}}
+        (self.run_dir(fragment, task) / "run-config.json").write_text(json.dumps(document))
 
     def smoke_long(self) -> str:
         """The smoke stage of stratum long submitted, its task 0 finished; its job id."""
@@ -127,11 +147,10 @@ class Campaign:
         self.finish(".smoke.demo.long", 0)
         return str(self.job(".smoke.demo.long").job_id)
 
-    def finish(self, fragment: str, task: int) -> None:
-        """Every item of the share completed, and its task COMPLETED."""
-        self.record(fragment, task, ["completed"] * len(self.items(fragment, task)))
-
-        self.slurm.end(str(self.job(fragment).job_id), task, "COMPLETED")
+    def finish(self, fragment: str, task: int, *, node: str | None = None) -> None:
+        """Every item of the share completed, and its task COMPLETED (on `node`)."""
+        self.record(fragment, task, ["completed"] * len(self.items(fragment, task)), node=node)
+        self.slurm.end(str(self.job(fragment).job_id), task, "COMPLETED", node=node)
 
     def started(self, fragment: str, task: int) -> None:
         """The job log Slurm writes once the task starts."""

@@ -56,11 +56,18 @@ class FakeSlurm:
         """The ids of the jobs whose name has `fragment`, in submission order."""
         return [i for i, job in self.jobs().items() if fragment in job["name"]]
 
-    def end(self, job_id: str, task: int, state: str, code: str = "0:0") -> None:
+    def end(
+        self, job_id: str, task: int, state: str, code: str = "0:0", *, node: str | None = None
+    ) -> None:
+        """The task's state; `node`: the node its batch script ran on (BatchHost)."""
         path = self.root / "jobs" / f"{job_id}.json"
         job = json.loads(path.read_text())
-        job["tasks"][str(task)] = [state, code]
+        job["tasks"][str(task)] = [state, code, *([node] if node else [])]
         path.write_text(json.dumps(job))
+
+    def set_nodes(self, *nodes: str) -> None:
+        """The nodes of the default partition, as ``sinfo -N`` lists them."""
+        (self.root / "nodes").write_text("".join(f"{n} debug*\n" for n in nodes))
 
     def end_all(self, state: str = "COMPLETED", code: str = "0:0") -> None:
         for job_id, job in self.jobs().items():
@@ -111,7 +118,7 @@ def _jobs(root: Path) -> dict[str, dict[str, Any]]:
 def _squeue(root: Path, argv: list[str]) -> int:
     name = argv[argv.index("--name") + 1] if "--name" in argv else None
     for job_id, job in sorted(_jobs(root).items()):
-        live = any(state in _LIVE for state, _ in job["tasks"].values())
+        live = any(state in _LIVE for state, *_ in job["tasks"].values())
         if live and (name is None or job["name"] == name):
             print(job_id)
     return 0
@@ -125,10 +132,11 @@ def _scontrol(root: Path, argv: list[str]) -> int:
     if job is None:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
-    for task, (state, code) in job["tasks"].items():
+    for task, (state, code, *node) in job["tasks"].items():
+        host = f" BatchHost={node[0]}" if node else ""
         print(
             f"JobId={argv[-1]}{int(task):03d} ArrayJobId={argv[-1]} ArrayTaskId={task} "
-            f"JobName={job['name']} JobState={state} ExitCode={code}"
+            f"JobName={job['name']} JobState={state} ExitCode={code}{host}"
         )
     return 0
 
@@ -141,6 +149,10 @@ def _main(command: str, root: Path) -> int:
         return _squeue(root, argv)
     if command == "scontrol":
         return _scontrol(root, argv)
+    if command == "sinfo" and "-N" in argv:
+        nodes = root / "nodes"
+        print(nodes.read_text() if nodes.exists() else "node1 debug*", end="")
+        return 0
     if command == "sinfo":
         print("debug* 1:00:00")
         return 0

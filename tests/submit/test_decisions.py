@@ -147,3 +147,18 @@ def test_only_attempts_that_had_their_chance_count_against_max_rounds(
     assert LAST_GATE == CANARY_TURN
     word, _, code = end.partition(" ")
     assert had_its_chance(TaskState(word, code), gates) is counts
+
+
+def test_a_gate_that_passed_for_the_arm_on_other_nodes_is_the_node_and_is_rerun() -> None:
+    gate = GateFailure("canary_turn", "no answer", "")
+    evidence = Evidence(
+        end=TaskState("FAILED", "78:0"), owed=3, gate=gate, node="hn2", gate_passed_on="hn1"
+    )
+    decision = decide(evidence, Rules())
+    assert decision.action is Action.RERUN
+    assert decision.reason == (
+        "gate canary_turn failed on node hn2, and passed for this arm on hn1: the node, not "
+        "the campaign"
+    )
+    alone = decide(Evidence(end=TaskState("FAILED", "78:0"), owed=3, gate=gate), Rules())
+    assert alone.action is Action.STOP

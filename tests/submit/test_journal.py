@@ -31,12 +31,30 @@ def test_each_step_is_read_back_with_the_plan_and_the_job_id(tmp_path: Path) -> 
     journal.prepare(plan)
     journal.submitting(plan.name)
     journal.submitted(plan.name, "123")
-    journal.ended(plan.name, {0: "COMPLETED 0:0", 1: "TIMEOUT 0:0"})
+    journal.ended(plan.name, {0: "COMPLETED 0:0", 1: "TIMEOUT 0:0"}, {0: "hn1", 1: "hn3"})
     [job] = journal.read(warn=pytest.fail).values()
     assert job.plan == plan
     assert job.state is JobState.ENDED
     assert job.job_id == "123"
     assert job.ended == {0: "COMPLETED 0:0", 1: "TIMEOUT 0:0"}
+    assert job.hosts == {0: "hn1", 1: "hn3"}
+
+
+def test_an_ended_entry_of_a_journal_from_before_hosts_were_kept_reads_without_them(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    plan = _plan()
+    journal.prepare(plan)
+    journal.submitted(plan.name, "123")
+    with open(journal.path, "ab") as handle:
+        handle.write(
+            b'{"state":"ENDED","job":"%s","time":"x","tasks":{"0":"FAILED 75:0"}}\n'
+            % plan.name.encode()
+        )
+    [job] = journal.read(warn=pytest.fail).values()
+    assert job.ended == {0: "FAILED 75:0"}
+    assert job.hosts == {}
 
 
 def test_a_line_torn_by_a_kill_is_skipped_with_a_warning_and_the_next_entry_is_whole(
