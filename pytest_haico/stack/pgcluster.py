@@ -93,6 +93,38 @@ class Owner:
         """For a directory of ours holding this user's: 0711 lets it reach its own by name."""
         return 0o700 if self.user is None else 0o711
 
+    def check_reaches(self, directory: Path) -> None:
+        """Refuse `directory` (the $TMPDIR the server's files go in) if this user cannot enter it.
+
+        Mode bits only, the check the kernel makes for a user without ACLs: a directory
+        carrying an ACL is given the benefit of the doubt.
+        """
+        if self.user is None:
+            return
+        for path in (directory, *directory.parents):
+            try:
+                info = path.stat()
+            except OSError:
+                continue  # the mkdtemp that follows reports it
+            if stat.S_IMODE(info.st_mode) & self._search_bit(info) or _has_acl(path):
+                continue
+            mode = stat.S_IMODE(info.st_mode)
+            owner = _user_name(info.st_uid)
+            raise StackError(
+                f"postgres: the server runs as user {self.user} (this process is root), and "
+                f"{self.user} cannot enter {path} (mode {mode:04o}, owner {owner}) on the way "
+                f"to $TMPDIR {directory}; set TMPDIR to a directory {self.user} can reach "
+                f"(TMPDIR=/tmp), or chmod o+x {path}, or run as an unprivileged user"
+            )
+
+    def _search_bit(self, info: os.stat_result) -> int:
+        """The execute (search) bit the kernel checks for this user on a file of `info`."""
+        if info.st_uid == self.uid:
+            return stat.S_IXUSR
+        if info.st_gid == self.gid or info.st_gid in self.groups:
+            return stat.S_IXGRP
+        return stat.S_IXOTH
+
     def chown(self, path: Path) -> None:
         """Give `path` to this user (a no-op unless it is another user)."""
         if self.user is not None:
@@ -197,6 +229,20 @@ class Helpers:
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+def _has_acl(path: Path) -> bool:
+    try:
+        return "system.posix_acl_access" in os.listxattr(path)
+    except OSError:
+        return False
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def init_cluster(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -193,6 +194,7 @@ class PostgresService:
         """
         if self._run_dir is not None:
             return
+        self._owner.check_reaches(Path(tempfile.gettempdir()))
         run_dir = make_owned_tempdir("pg-", mode=self._owner.dir_mode)
         try:
             self._owner.make_dir(run_dir / "data")

@@ -196,3 +196,23 @@ def test_a_system_server_is_preferred_and_the_embedded_one_is_the_fallback(
     system = _fake_server(tmp_path / "usr-lib" / "99" / "bin", "99.1")
     assert find_postgres_binaries() == PostgresBinaries(system, "99.1")
     assert find_postgres_binaries(source="embedded").bin_dir == embedded
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user switch happens only as root")
+def test_a_tmpdir_the_servers_user_cannot_reach_is_refused_naming_user_path_and_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(private / "tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir reads $TMPDIR again
+    service = PostgresService()
+    stack = Orchestrator([service], tmp_path / "logs", state_dir=tmp_path, reap=False)
+    with pytest.raises(StackError) as caught, stack:
+        pass
+    message = str(caught.value)
+    assert f"user {service.user}" in message
+    assert f"{private} (mode 0700" in message
+    assert "TMPDIR" in message and "chmod o+x" in message
+    assert list((private / "tmp").iterdir()) == []  # refused before anything was made
