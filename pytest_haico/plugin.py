@@ -86,6 +86,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(parser: pytest.Parser) -> None:
+    """pytest-asyncio's fixture loop scope defaults to "function", its announced default.
+
+    Unset, pytest-asyncio warns at every start; an ini file's value still wins. Every
+    plugin's `pytest_addoption` has run by now, so this registration is the last.
+    """
+    parser.addini(
+        "asyncio_default_fixture_loop_scope",
+        type="string",
+        help="default scope of the asyncio event loop used to execute async fixtures",
+        default="function",
+    )
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
