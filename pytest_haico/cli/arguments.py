@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pytest_haico.config.project import project_resolver
-from pytest_haico.config.resolution import Places, Resolver, resolve_places
+from pytest_haico.config.resolution import Places, Resolver, resolve_campaign, resolve_places
 from pytest_haico.errors import ConfigError
 
 # The project options' flags, by the noun of the pytest option each stands for.
@@ -108,10 +108,20 @@ def places(args: argparse.Namespace) -> Places:
     return resolve_places(resolver(args))
 
 
+def add_campaign_argument(parser: argparse.ArgumentParser) -> None:
+    """The optional campaign positional of the commands that read one campaign's results."""
+    parser.add_argument(
+        "campaign",
+        nargs="?",
+        help="the campaign directory, <results>/<campaign>, or its name under the results root "
+        "(default: $PYTEST_HAICO_CAMPAIGN, haico_campaign, else default)",
+    )
+
+
 def campaign_dir(args: argparse.Namespace, found: Places | None = None) -> Path:
     """A path names the campaign directory; a bare name is under the results root (of
-    `found`, else of this command's places)."""
-    given = str(args.campaign)
+    `found`, else of this command's places); none is the campaign pytest would write."""
+    given = resolve_campaign(resolver(args)) if args.campaign is None else str(args.campaign)
     if not given.strip():
         raise ConfigError(
             "campaign", "", "empty; give the campaign's name, or its directory <results>/<name>"

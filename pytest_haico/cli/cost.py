@@ -1,4 +1,4 @@
-"""`haico cost <results>/<campaign>`: measured item costs, and the array size and --time to
+"""`haico cost [<results>/<campaign>]`: measured item costs, and the array size and --time to
 ask for."""
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cost = commands.add_parser(
         "cost", help="measured item costs and the array size and --time to ask for"
     )
-    cost.add_argument(
-        "campaign",
-        help="the campaign directory, <results>/<campaign>, or its name under the results root",
-    )
+    arguments.add_campaign_argument(cost)
     cost.add_argument(
         "--concurrency",
         type=arguments.bounded_int(MAX_CONCURRENCY),

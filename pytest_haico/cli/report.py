@@ -1,4 +1,4 @@
-"""`haico report <results>/<campaign> [--html FILE]`: the terminal report, and the HTML one."""
+"""`haico report [<results>/<campaign>] [--html FILE]`: the terminal report, and the HTML one."""
 
 from __future__ import annotations
 
@@ -15,10 +15,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     report = commands.add_parser(
         "report", help="verdicts, turns, latency, tokens and provenance per arm × stratum"
     )
-    report.add_argument(
-        "campaign",
-        help="the campaign directory, <results>/<campaign>, or its name under the results root",
-    )
+    arguments.add_campaign_argument(report)
     report.add_argument(
         "--html", type=Path, metavar="FILE", help="also write a self-contained HTML report"
     )

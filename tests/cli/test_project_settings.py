@@ -280,3 +280,20 @@ def test_pytest_and_haico_agree_on_where_the_results_are(
     assert cost[0].startswith(
         f"campaign {elsewhere / 'default'}: remaining items from {campaign.experiments} "
     )
+
+
+@pytest.mark.parametrize("command", ["report", "cost"])
+def test_without_a_campaign_report_and_cost_read_the_one_pytest_writes(
+    project: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    write_ledger(project / "results" / "default" / "demo", "local-1.1", [record("a")])
+    write_ledger(project / "results" / "named" / "demo", "local-1.1", [record("a")])
+    assert main([command]) == 0
+    assert str(project / "results" / "default") in capsys.readouterr().out
+
+    (project / "pytest.ini").write_text("[pytest]\nhaico_campaign = named\n")
+    assert main([command]) == 0
+    assert str(project / "results" / "named") in capsys.readouterr().out
