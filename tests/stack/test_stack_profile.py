@@ -64,8 +64,8 @@ def test_local_stack_starts_answers_and_stops(tmp_path: Path) -> None:
     with stack:
         procs = stack.orchestrator.processes
         pids = {name: p.pid or 0 for name, p in procs.items()}
-        # The backend starts alongside Postgres, and counts as healthy only after it.
-        assert (procs["backend"].spawned_at or 0) < (procs["postgres"].healthy_at or 0)
+        # It counts as healthy only after Postgres. (That it starts alongside is the
+        # declaration above and the orchestrator's tests: a port retry respawns it later.)
         assert (procs["backend"].healthy_at or 0) >= (procs["postgres"].healthy_at or 0)
         models = httpx.get(
             f"{stack.llm_url}/v1/models", headers={"Authorization": f"Bearer {stack.api_key}"}
