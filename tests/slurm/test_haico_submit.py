@@ -150,7 +150,8 @@ def test_smoke_then_full_after_it_every_item_once_and_no_token_in_any_job(
     assert len(per_item) == 6  # every item of the demo's stratum default
     assert set(per_item.values()) == {1}, "an item ran twice"
     by_job = Counter((r["slurm"]["array_job_id"], r["slurm"]["array_task_id"]) for r in records)
-    assert sum(n for (job, _), n in by_job.items() if job == smoke_id) == 4  # 2 tasks x 2
+    # --limit 2 (the default): 2 items of the stratum in all, one on each of the 2 tasks.
+    assert sum(n for (job, _), n in by_job.items() if job == smoke_id) == 2
     assert {task for job, task in by_job if job == full_id} <= {"0", "1", "2"}
 
     # The allow-listed environment: nothing of the submitting shell's tokens or Slurm

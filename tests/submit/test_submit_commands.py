@@ -124,6 +124,19 @@ def test_a_dry_run_prints_each_sbatch_command_line_and_writes_nothing(
     assert list((tmp_path / "calls").iterdir()) == []
 
 
+def test_a_smoke_stage_queues_no_more_tasks_than_its_limit_has_items(
+    project: Path, slurm_bin: Path
+) -> None:
+    smoke = _haico(
+        project, "submit", "demo", "--stage", "smoke", "--limit", "1", "--dry-run", path=slurm_bin
+    )
+    assert smoke.returncode == 0, smoke.stderr
+    commands = _commands(smoke.stdout)
+    assert len(commands) == 2
+    # One item of each stratum in all: one task each, not a second task with nothing to do.
+    assert all("--array=0 " in c.replace("\\\n", " ") for c in commands), commands
+
+
 def _commands(stdout: str) -> list[str]:
     """The sbatch commands a dry run printed, each with its continuation lines."""
     commands: list[str] = []
