@@ -18,6 +18,7 @@ from pytest_haico.report.data import (
     factored_provenance,
     seconds,
 )
+from pytest_haico.report.nodes import NODE_FIELDS, node_lines
 from pytest_haico.results import load_results
 
 Say = Callable[[str], None]
@@ -81,6 +82,10 @@ def report_lines(report: Report) -> Iterator[str]:
         "own end; retries: attempts after an infrastructure failure or an interruption; "
         "reruns: records after the item was done, --haico-no-resume)"
     )
+    by_node = list(node_lines(results))
+    if by_node:
+        yield ""
+        yield from by_node
     yield ""
     yield from _startup_lines(report)
     yield from allocation_lines(report.runs)
@@ -155,7 +160,8 @@ def print_report(
     # The terminal report needs of each item's newest record only what `build_report`
     # reads: the rest is streamed (the HTML report's plots and transcripts need it all).
     if html is None:
-        results = load_results(campaign, warn=None, newest_only=True, fields=REPORT_FIELDS)
+        fields = (*REPORT_FIELDS, *NODE_FIELDS)
+        results = load_results(campaign, warn=None, newest_only=True, fields=fields)
     else:
         results = load_results(campaign, warn=None)
     for message in results.warnings[:5]:

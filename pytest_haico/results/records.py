@@ -187,11 +187,14 @@ class Attempt(NamedTuple):
     verdict: str
     started_at: str | None
     finished_at: str
+    node: str | None  # the Slurm node it ran on (`slurm.node`), None outside a job
 
     @classmethod
     def of(cls, record: Record) -> Attempt:
         data = record.data
         started = data.get("started_at")
+        slurm = data.get("slurm")
+        node = slurm.get("node") if type(slurm) is dict else None
         return cls(
             record.arm,
             record.arm_dir,
@@ -202,6 +205,7 @@ class Attempt(NamedTuple):
             data["verdict"],
             started if type(started) is str and started else None,
             data["finished_at"],
+            node if type(node) is str and node else None,
         )
 
 

@@ -111,12 +111,12 @@ class SlurmCluster:
             f"SlurmctldPidFile={self.base / 'run' / 'slurmctld.pid'}",
             f"SlurmctldLogFile={self.base / 'log' / 'slurmctld.log'}",
             *self.topology(),
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP",
         ]
         self.conf.write_text("\n".join(lines) + "\n")
 
     def topology(self) -> list[str]:
-        """The controller's host, the slurmd files and the node lines: one node on loopback."""
+        """The controller's host, the slurmd files, the nodes and the partition: one node on
+        loopback."""
         host = socket.gethostname().split(".")[0]
         return [
             f"SlurmctldHost={host}(127.0.0.1)",
@@ -124,6 +124,7 @@ class SlurmCluster:
             f"SlurmdPidFile={self.base / 'run' / 'slurmd.pid'}",
             f"SlurmdLogFile={self.base / 'log' / 'slurmd.log'}",
             _node_line(),
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP",
         ]
 
     def start(self, timeout: float = 30.0) -> None:
@@ -160,7 +161,8 @@ class SlurmCluster:
             if states and set(states) == {"idle"}:
                 return
             for daemon, pid in self.daemon_pids().items():
-                if pid is None or not is_alive(pid):
+                # No pid file yet is a daemon still starting; the deadline bounds that.
+                if pid is not None and not is_alive(pid):
                     raise RuntimeError(f"{daemon} died at start:\n{self.log_tail(daemon)}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the nodes are {states}, not idle, after {timeout} s")

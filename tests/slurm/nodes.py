@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ class Node:
 
     name: str
     address: str
-    root: Path  # its private directory: slurmd's spool, log and pid file, its local TMPDIR
+    root: Path  # its private directory: slurmd's log and pid file, its local TMPDIR
     anchor: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,6 +71,9 @@ class MultiNodeCluster(SlurmCluster):
     count: int = 3
     nodes: dict[str, Node] = field(default_factory=dict)
     octet: int | None = None
+    # slurmd's spool holds the steps' Unix sockets, whose paths must stay under 108 bytes:
+    # a short directory of its own, not one under pytest's deep tmp_path.
+    spool: Path | None = None
 
     @property
     def bridge(self) -> str:
@@ -92,6 +96,7 @@ class MultiNodeCluster(SlurmCluster):
     # -- the network, before the config names its addresses ---------------------------------
 
     def start(self, timeout: float = 60.0) -> None:
+        self.spool = Path(tempfile.mkdtemp(prefix="haico-spool-"))
         self._claim_subnet()
         try:
             super().start(timeout)
@@ -123,13 +128,14 @@ class MultiNodeCluster(SlurmCluster):
         prolog.write_text(f"#!/bin/sh\necho export TMPDIR={self.tmpdir}\n")
         prolog.chmod(0o755)
         per_node = self.base / "nodes" / "%n"
+        assert self.spool is not None
         lines = [
             f"SlurmctldHost={socket.gethostname().split('.')[0]}({self.gateway})",
             # Each node says 2 CPUs and 4 GiB whatever the machine has: config_overrides.
             "SlurmdParameters=config_overrides",
             f"SlurmdTimeout={SLURMD_TIMEOUT}",
             f"TaskProlog={prolog}",
-            f"SlurmdSpoolDir={per_node / 'spool'}",
+            f"SlurmdSpoolDir={self.spool / '%n'}",
             f"SlurmdPidFile={per_node / 'slurmd.pid'}",
             f"SlurmdLogFile={per_node / 'slurmd.log'}",
         ]
@@ -138,6 +144,8 @@ class MultiNodeCluster(SlurmCluster):
             for node in self.nodes.values()
             if node.name != LOGIN
         ]
+        # LLN: each job to the least loaded node, so that a campaign's tasks spread out.
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP LLN=YES")
         return lines
 
     # -- nodes -------------------------------------------------------------------------------
@@ -157,8 +165,9 @@ class MultiNodeCluster(SlurmCluster):
             self.start_slurmd(name)
 
     def _make_node(self, node: Node, hosts: Path) -> None:
-        for sub in ("spool", "tmp"):
-            (node.root / sub).mkdir(parents=True, exist_ok=True)
+        node.local_tmp.mkdir(parents=True, exist_ok=True)
+        if self.spool is not None:
+            (self.spool / node.name).mkdir(exist_ok=True)
         node.local_tmp.chmod(0o1777)
         veth = f"hv{self.octet}x{node.address.rsplit('.', 1)[1]}"
         _ip("netns", "add", node.netns)
@@ -250,12 +259,15 @@ class MultiNodeCluster(SlurmCluster):
 
     # -- commands on a node ------------------------------------------------------------------
 
-    def on(self, name: str, argv: Sequence[str]) -> list[str]:
-        """`argv` run inside node `name` (its network, hostname and mounts)."""
+    def on(self, name: str, argv: Sequence[str], *, cwd: Path | None = None) -> list[str]:
+        """`argv` to run inside node `name` (its network, hostname and mounts), in `cwd`
+        (default: this process's working directory)."""
         node = self.nodes[name]
         if node.anchor is None:
             raise RuntimeError(f"node {name} is not up")
-        return ["nsenter", f"--target={node.anchor.pid}", "--net", "--uts", "--mount", "--", *argv]
+        where = f"--wd={cwd or Path.cwd()}"
+        return ["nsenter", f"--target={node.anchor.pid}", "--net", "--uts", "--mount", where,
+                "--", *argv]  # fmt: skip
 
     def run_on(
         self,
@@ -268,9 +280,8 @@ class MultiNodeCluster(SlurmCluster):
     ) -> subprocess.CompletedProcess[str]:
         """A command on node `name`, pointed at this cluster, its TMPDIR the node's."""
         return subprocess.run(
-            self.on(name, argv),
+            self.on(name, argv, cwd=cwd),
             env={**os.environ, **self.env, "TMPDIR": str(self.tmpdir), **(env or {})},
-            cwd=cwd,
             capture_output=True,
             text=True,
             check=check,
@@ -311,6 +322,8 @@ class MultiNodeCluster(SlurmCluster):
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         with contextlib.suppress(OSError):
             self.tmpdir.rmdir()
+        if self.spool is not None:
+            shutil.rmtree(self.spool, ignore_errors=True)
 
 
 def _ip(*argv: str) -> None:

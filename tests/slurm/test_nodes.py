@@ -43,7 +43,7 @@ def test_each_node_has_its_name_address_and_own_tmpdir_and_reaches_the_others(
         """\
         hostname; echo "$TMPDIR"; touch "$TMPDIR/mark-$(hostname)"; ls "$TMPDIR"
         for i in $(seq 100); do
-            python3 -c 'import urllib.request as u; print(u.urlopen("http://node1:8000/hello").read().decode(), end="")' && break
+            python3 -c 'import urllib.request as u; print(u.urlopen("http://node1:8000/hello").read().decode(), end="")' 2>/dev/null && break
             sleep 0.1
         done
         """  # noqa: E501
@@ -74,9 +74,12 @@ def test_a_rebooted_node_loses_its_tmpdir_and_processes_and_comes_back(
         job = _job(cluster, "node2", script, tmp_path / "j.out")
         unrequeued = _job(cluster, "node2", script, tmp_path / "u.out", "--no-requeue")
         local = cluster.nodes["node2"].local_tmp
-        wait_for(
-            lambda: len(list(local.iterdir())) == 2, timeout=30, what="both jobs to start on node2"
-        )
+        try:
+            wait_for(lambda: len(list(local.iterdir())) == 2, timeout=60, what="both jobs")
+        except BaseException:
+            print(cluster.run("squeue", "-h", "-o", "%i %T %r %N").stdout)
+            print(cluster.run("sinfo", "-N").stdout, cluster.log_tail("slurmctld", 40))
+            raise
         cluster.reboot("node2")
         assert not list(cluster.nodes["node2"].local_tmp.iterdir())
         left = sorted(_cmdline(pid).split()[0] for pid in cluster.processes_on("node2"))
