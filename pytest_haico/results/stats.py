@@ -221,7 +221,7 @@ def pairs_needed(
         return None
     discordance = min(1.0, max(discordance, drop))  # no fewer discordant pairs than the drop
     norm = _scipy_stats().norm
-    z_a, z_b = norm.ppf(1 - (1 - confidence) / 2), norm.ppf(power)
+    z_a, z_b = float(norm.ppf(1 - (1 - confidence) / 2)), float(norm.ppf(power))
     root = z_a * math.sqrt(discordance) + z_b * math.sqrt(discordance - drop**2)
     return math.ceil((root / effect) ** 2)
 
