@@ -1,0 +1,171 @@
+"""`haico compare`'s paired statistics and interval gate on hand-written campaigns: 200
+items, B worse by a known number of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_haico.cli.main import main
+from tests.results.ledgers import record, write_ledger
+
+ITEMS = 200
+
+
+def campaign(root: Path, name: str, failing: set[int], **fields: object) -> Path:
+    """Arm demo with `ITEMS` scripts, those in `failing` ending blank_turn."""
+    lines: list[dict[str, object] | str] = []
+    for i in range(ITEMS):
+        verdict = "blank_turn" if i in failing else "completed"
+        lines.append(record(f"{name}{i}", script=f"s{i:03}", verdict=verdict, **fields))  # type: ignore[arg-type]
+    write_ledger(root / name / "demo", "local-1.1", lines)
+    return root / name
+
+
+def test_a_five_point_drop_in_200_items_is_shown_and_fails_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    b = campaign(tmp_path, "b", set(range(0, ITEMS, 20)))  # 10 of 200
+    assert main(["compare", str(a), str(b), "--max-drop", "0.02"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(
+        "paired statistics (B − A, 95% intervals, paired by script × repeat; Wilson intervals "
+        "on the rates, Newcombe's on the paired difference):"
+    )
+    assert lines[start + 1 :] == [
+        "  overall: 200 pair(s)",
+        "    pass rate: A 100.0% [98.1, 100.0] (200/200), B 95.0% [91.0, 97.3] (190/200)",
+        "    difference B − A: −5.0 points [−9.0, −2.1]",
+        "    McNemar exact p = 0.00195 (discordant: 10 pass → fail, 0 fail → pass)",
+        "    median B − A: latency 0 s [0, 0], tokens 0 [0, 0], turns 0 [0, 0] (bootstrap, "
+        "2000 resamples, seed 20260407)",
+        "    left out (infrastructure or substituted in either run): 0; unpaired: 0 only in A, "
+        "0 only in B",
+        "gate (--max-drop 0.02 --confidence 0.95): FAIL: pass rate dropped by more than 2 "
+        "point(s) at 95%: the upper bound of B − A, −2.1 points, is below −2",
+    ]
+
+
+def test_a_one_point_drop_is_not_shown_and_says_how_many_items_would_show_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    b = campaign(tmp_path, "b", {3, 150})
+    assert main(["compare", str(a), str(b), "--max-drop", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "    McNemar exact p = 0.5 (discordant: 2 pass → fail, 0 fail → pass)" in out
+    assert out.endswith(
+        "gate (--max-drop 0 --confidence 0.95): pass: a drop of more than 0 point(s) in the "
+        "pass rate is not shown at 95%: the upper bound of B − A, +1.0 points, is not below −0\n"
+        "  to show a drop at 95% with 80% power, if the drop is 1.0 points and 1.0% of pairs "
+        "differ: 783 pairs (now 200; 4× the items)\n"
+    )
+    assert main(["compare", str(a), str(b), "--max-drop", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "  a 1.0-point drop cannot show more than 2 point(s) with any number of items" in out
+
+
+def test_one_flaky_item_in_200_passes_the_gate_but_not_the_strict_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    b = campaign(tmp_path, "b", {77})
+    assert main(["compare", str(a), str(b), "--max-drop", "0.02"]) == 0
+    assert main(["compare", str(a), str(b), "--exit-on-regression"]) == 1
+    assert main(["compare", str(a), str(b), "--max-drop", "0.02", "--exit-on-regression"]) == 1
+    capsys.readouterr()
+
+
+def test_strata_infra_failures_and_unpaired_items_are_reported_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines_a: list[dict[str, object] | str] = [
+        record("a1", script="x", stratum="short"),
+        record("a2", script="y", stratum="long", verdict="infra_error"),
+        record("a3", script="z", stratum="long"),
+        record("a4", script="only-a", stratum="long"),
+    ]
+    lines_b: list[dict[str, object] | str] = [
+        record("b1", script="x", stratum="short", duration_s=3.0),
+        record("b2", script="y", stratum="long"),
+        record("b3", script="z", stratum="long", verdict="gave_up"),
+    ]
+    write_ledger(tmp_path / "a" / "demo", "local-1.1", lines_a)
+    write_ledger(tmp_path / "b" / "demo", "local-1.1", lines_b)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    pytest.LineMatcher(out.splitlines()).fnmatch_lines(
+        [
+            "  stratum long: 0 pair(s)",
+            "*left out (infrastructure or substituted in either run): 2 (1 A infra_error, "
+            "1 B gave_up); unpaired: 1 only in A, 0 only in B (no record on the other side)",
+            "  stratum short: 1 pair(s)",
+            "    median B − A: latency +1 s [[]+1, +1], *",
+            "  overall: 1 pair(s)",
+        ]
+    )
+
+
+def test_a_pass_rule_recorded_by_the_runs_pairs_scripts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for side, verdicts in (
+        ("a", ["completed"] * 3),
+        ("b", ["completed", "blank_turn", "completed"]),
+    ):
+        lines: list[dict[str, object] | str] = [
+            record(f"{side}{r}", script="s", repeat=r, verdict=v) for r, v in enumerate(verdicts)
+        ]
+        arm_dir = tmp_path / side / "demo"
+        write_ledger(arm_dir, "local-1.1", lines)
+        run_dir = arm_dir / "runs" / "local-1.1"
+        run_dir.mkdir(parents=True)
+        (run_dir / "run-config.json").write_text(json.dumps({"ARM_RUN_PASS_RULE": "majority"}))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "paired by script (pass_rule majority)" in out
+    assert "    pass rate: A 100.0% [20.7, 100.0] (1/1), B 100.0% [20.7, 100.0] (1/1)" in out
+    assert (
+        "repeats (B) arm demo stratum default: pass@3 100.0%, pass^3 0.0% over 1 script(s); "
+        "consistent (every repeat the same verdict): 0/1"
+    ) in out
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--pass-rule", "all"]) == 0
+    assert "B 0.0% [0.0, 79.3] (0/1)" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--pass-rule", "most"]) == 2
+    assert capsys.readouterr().err == (
+        "haico: --pass-rule: pass_rule 'most' is not a rule: give one of all, any, majority, "
+        "k_of_n:K/N, with 1 ≤ K ≤ N (e.g. k_of_n:3/5: at least 3 of the script's 5 repeats "
+        "pass)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-drop", "2", "'2' is not a number from 0 to 1 (a share: 0.02 is 2 points)"),
+        ("--confidence", "1", "'1' is not a number from 0.5 up to, not including, 1"),
+    ],
+)
+def test_bad_gate_values_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["compare", str(tmp_path), str(tmp_path), flag, value])
+    assert message in capsys.readouterr().err
+
+
+def test_without_scipy_compare_names_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    monkeypatch.setitem(__import__("sys").modules, "scipy", None)
+    assert main(["compare", str(a), str(a)]) == 0
+    assert (
+        "paired statistics: not computed: the paired statistics (haico compare, validate, "
+        "report) needs scipy, which is not installed: pip install 'pytest-haico[analysis]'"
+    ) in capsys.readouterr().out
+    assert main(["compare", str(a), str(a), "--max-drop", "0.02"]) == 2
+    assert "pip install 'pytest-haico[analysis]'" in capsys.readouterr().err
