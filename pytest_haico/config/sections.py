@@ -32,6 +32,7 @@ from pytest_haico.config.limits import (
     MAX_TOKENS,
     MAX_TURN_TIMEOUT_S,
 )
+from pytest_haico.config.pass_rule import parse_pass_rule
 from pytest_haico.config.validation import FieldError as _FieldError
 
 _MAX_START_TIMEOUT_S = 86_400  # a day: beyond any model load, below a typo's extra 000
@@ -153,6 +154,19 @@ class RunSection(Section):
     judge: Annotated[str | None, Field(pattern=ARM_NAME.pattern, max_length=128)] = None
     """The served model (a catalogue name) that scores `expect: {judge: ...}`;
     `--haico-judge` overrides it. Not part of the item identity."""
+    pass_rule: Annotated[str, Field(max_length=32)] | None = None
+    """How a script's repeats make one verdict for `haico compare` and `haico validate`:
+    "all", "any", "majority" or "k_of_n:K/N" (at least K of the N repeats pass); unset: each
+    repeat counts on its own. Recorded in run-config; not part of the item identity."""
+
+    @model_validator(mode="after")
+    def _known_pass_rule(self) -> RunSection:
+        if self.pass_rule is not None:
+            try:
+                parse_pass_rule(self.pass_rule)
+            except ValueError as exc:
+                raise _FieldError("pass_rule", str(exc)) from None
+        return self
 
 
 class SlurmSection(Section):

@@ -9,16 +9,15 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pytest_haico.config.pass_rule import PassRule, parse_pass_rule
 from pytest_haico.report.allocation import read_allocations, totals
 from pytest_haico.report.data import build_report
 from pytest_haico.results import MissingExtraError, Results, ResultsReadError
 from pytest_haico.results.paired import (
     OVERALL,
     Comparison,
-    PassRule,
     StratumComparison,
     compare_records,
-    parse_pass_rule,
     repeat_figures,
 )
 from pytest_haico.results.stats import (
@@ -76,9 +75,9 @@ def resolve_pass_rule(given: str | None, a: Results, b: Results) -> PassRule | N
     """`--pass-rule`, else the rule both sides' runs recorded, else none (per repeat)."""
     if given is not None:
         try:
-            return parse_pass_rule(given, "--pass-rule")
+            return parse_pass_rule(given)
         except ValueError as exc:
-            raise ResultsReadError(str(exc)) from None
+            raise ResultsReadError(f"--pass-rule: {exc}") from None
     rules = {recorded_pass_rule(a), recorded_pass_rule(b)} - {None}
     if len(rules) > 1:
         raise ResultsReadError(
@@ -86,7 +85,10 @@ def resolve_pass_rule(given: str | None, a: Results, b: Results) -> PassRule | N
             f"{recorded_pass_rule(b)}: give --pass-rule to compare under one"
         )
     rule = next(iter(rules), None)
-    return None if rule is None else parse_pass_rule(rule, "the runs' recorded pass_rule")
+    try:
+        return None if rule is None else parse_pass_rule(rule)
+    except ValueError as exc:
+        raise ResultsReadError(f"the runs' recorded {PASS_RULE_KEY}: {exc}") from None
 
 
 def statistics_lines(

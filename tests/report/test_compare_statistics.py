@@ -136,7 +136,7 @@ def test_a_pass_rule_recorded_by_the_runs_pairs_scripts(
     assert "B 0.0% [0.0, 79.3] (0/1)" in capsys.readouterr().out
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--pass-rule", "most"]) == 2
     assert capsys.readouterr().err == (
-        "haico: --pass-rule: pass_rule 'most' is not a rule: give one of all, any, majority, "
+        "haico: --pass-rule: 'most' is not a pass rule: give one of all, any, majority, "
         "k_of_n:K/N, with 1 ≤ K ≤ N (e.g. k_of_n:3/5: at least 3 of the script's 5 repeats "
         "pass)\n"
     )

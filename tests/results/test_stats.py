@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_haico.config.pass_rule import parse_pass_rule
 from pytest_haico.results import Record
-from pytest_haico.results.paired import (
-    OVERALL,
-    compare_records,
-    parse_pass_rule,
-    repeat_figures,
-)
+from pytest_haico.results.paired import OVERALL, compare_records, repeat_figures
 from pytest_haico.results.stats import (
     PairedTable,
     decide,
@@ -135,25 +131,25 @@ def test_the_gate_fails_only_when_the_whole_interval_is_beyond_the_margin() -> N
 
 @pytest.mark.parametrize("rule", ["all", "any", "majority", "k_of_n:3/5", "k_of_n:1/1"])
 def test_pass_rules_parse(rule: str) -> None:
-    assert str(parse_pass_rule(rule, "arm demo")) == rule
+    assert str(parse_pass_rule(rule)) == rule
 
 
 @pytest.mark.parametrize("rule", ["most", "k_of_n:4/3", "k_of_n:0/2", "k_of_n:3", ""])
 def test_a_bad_pass_rule_names_where_and_the_rules(rule: str) -> None:
-    with pytest.raises(ValueError, match=r"arm demo: pass_rule .* is not a rule: give one of all"):
-        parse_pass_rule(rule, "arm demo")
+    with pytest.raises(ValueError, match=r".* is not a pass rule: give one of all"):
+        parse_pass_rule(rule)
 
 
 def test_pass_rules_make_one_verdict_of_the_repeats() -> None:
     votes = [True, True, False, False, True]
-    assert [parse_pass_rule(r, "").passes(votes) for r in ("all", "any", "majority")] == [
+    assert [parse_pass_rule(r).passes(votes) for r in ("all", "any", "majority")] == [
         False,
         True,
         True,
     ]
-    assert parse_pass_rule("k_of_n:3/5", "").passes(votes) is True
-    assert parse_pass_rule("k_of_n:4/5", "").passes(votes) is False
-    assert parse_pass_rule("k_of_n:3/4", "").passes(votes) is None
+    assert parse_pass_rule("k_of_n:3/5").passes(votes) is True
+    assert parse_pass_rule("k_of_n:4/5").passes(votes) is False
+    assert parse_pass_rule("k_of_n:3/4").passes(votes) is None
 
 
 def record(
@@ -221,7 +217,7 @@ def test_a_pass_rule_compares_scripts_and_leaves_out_one_with_a_failed_repeat() 
     b += [
         record("s3", v, repeat=r) for r, v in enumerate(["completed", "infra_error", "completed"])
     ]
-    comparison = compare_records(a, b, pass_rule=parse_pass_rule("majority", ""))
+    comparison = compare_records(a, b, pass_rule=parse_pass_rule("majority"))
     assert comparison.overall.table == PairedTable(both=1, lost=1)
     assert comparison.unit == "script (pass_rule majority)"
     assert comparison.overall.left_out == {"B infra_error": 1}
