@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pytest_haico.config.pass_rule import PassRule
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
-from pytest_haico.results.records import Record
+from pytest_haico.results.records import Record, require
 from pytest_haico.results.stats import (
     CONFIDENCE,
     Difference,
@@ -29,6 +30,9 @@ from pytest_haico.results.stats import (
     pass_hat_k,
     wilson,
 )
+
+if TYPE_CHECKING:
+    import pandas
 
 OVERALL = "overall"
 Key = tuple[str, str, int]
@@ -238,3 +242,48 @@ def repeat_figures(records: Iterable[Record]) -> list[RepeatFigures]:
             )
         )
     return figures
+
+
+def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
+    """One row per stratum, then `OVERALL`: the figures `haico compare` prints."""
+    pd = require("pandas", "analysis", "Results.compare()")
+    rows = []
+    for s in comparison.strata:
+        row: dict[str, object] = {
+            "stratum": s.stratum,
+            "pairs": s.table.n,
+            "a_passed": s.a.passed,
+            "a_rate": s.a.value,
+            "a_low": s.a.low,
+            "a_high": s.a.high,
+            "b_passed": s.b.passed,
+            "b_rate": s.b.value,
+            "b_low": s.b.low,
+            "b_high": s.b.high,
+            "difference": s.difference.value,
+            "difference_low": s.difference.low,
+            "difference_high": s.difference.high,
+            "pass_to_fail": s.table.lost,
+            "fail_to_pass": s.table.gained,
+            "mcnemar_p": s.p,
+        }
+        for name, median in (("latency", s.latency), ("tokens", s.tokens), ("turns", s.turns)):
+            row.update(
+                {
+                    f"{name}_median": median.value,
+                    f"{name}_low": median.low,
+                    f"{name}_high": median.high,
+                }
+            )
+        row.update(
+            {
+                "left_out": sum(s.left_out.values()),
+                "only_a": s.only_a,
+                "only_b": s.only_b,
+                "unit": comparison.unit,
+                "confidence": comparison.confidence,
+                "resamples": s.latency.resamples,
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)

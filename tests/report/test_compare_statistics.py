@@ -169,3 +169,21 @@ def test_without_scipy_compare_names_the_extra(
     ) in capsys.readouterr().out
     assert main(["compare", str(a), str(a), "--max-drop", "0.02"]) == 2
     assert "pip install 'pytest-haico[analysis]'" in capsys.readouterr().err
+
+
+def test_results_compare_is_the_same_figures_as_a_frame(tmp_path: Path) -> None:
+    from pytest_haico.results import load_results
+
+    a = load_results(campaign(tmp_path, "a", set()))
+    b = load_results(campaign(tmp_path, "b", set(range(0, ITEMS, 20))))
+    frame = a.compare(b)
+    assert list(frame["stratum"]) == ["default", "overall"]
+    overall = frame.iloc[-1]
+    assert (overall["pairs"], overall["pass_to_fail"], overall["fail_to_pass"]) == (200, 10, 0)
+    assert round(overall["difference"], 3) == -0.05
+    assert round(overall["difference_high"], 4) == -0.0206
+    assert round(overall["mcnemar_p"], 5) == 0.00195
+    assert overall["unit"] == "script × repeat"
+    assert overall["resamples"] == 2000
+    with pytest.raises(ValueError, match="'most' is not a pass rule"):
+        a.compare(b, pass_rule="most")
