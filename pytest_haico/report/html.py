@@ -31,6 +31,7 @@ from pytest_haico.report.html_items import (
     ordered_items,
 )
 from pytest_haico.report.html_plots import iter_plot_sections
+from pytest_haico.report.paired import interval_note, rate_text
 from pytest_haico.results import ResultsReadError, require
 
 SECTIONS = (
@@ -140,7 +141,7 @@ def _summary(report: Report) -> Iterator[str]:
             [
                 _esc(cell.arm),
                 _esc(cell.stratum),
-                f"{_pass_rate(cell):.0%}",
+                _esc(rate_text(cell.passed, cell.items)),
                 count(cell.items),
                 verdicts,
                 _bar(cell),
@@ -155,7 +156,7 @@ def _summary(report: Report) -> Iterator[str]:
             {2, 3, 6, 7, 8, 9, 10, 11, 12},
         )
     yield (
-        '</table><p class="note">Pass rate: items whose newest record completed. Median and '
+        f'</table><p class="note">{_esc(interval_note())}. Median and '
         "p95 item seconds of the items that ran to their own end; retries are attempts after "
         "an infrastructure failure or an interruption, reruns records after the item was "
         "done (--haico-no-resume).</p></section>"

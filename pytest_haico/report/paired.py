@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pytest_haico.config.pass_rule import PassRule, parse_pass_rule
 from pytest_haico.report.allocation import read_allocations, totals
 from pytest_haico.report.data import build_report
-from pytest_haico.results import MissingExtraError, Results, ResultsReadError
+from pytest_haico.results import MissingExtraError, Results, ResultsReadError, require
 from pytest_haico.results.paired import (
     OVERALL,
     Comparison,
@@ -28,6 +28,7 @@ from pytest_haico.results.stats import (
     Median,
     decide,
     pairs_needed,
+    wilson,
 )
 
 PASS_RULE_KEY = "ARM_RUN_PASS_RULE"
@@ -278,3 +279,21 @@ def _allocation_per_item(results: Results) -> tuple[float, float | None, int] | 
     if total is None or not items:
         return None
     return total.allocation_s / 3600, total.gpu_hours, items
+
+
+def rate_text(passed: int, n: int, confidence: float = CONFIDENCE) -> str:
+    """`95.0% [91.0, 97.3] (190/200)`; without scipy, `95.0% (190/200)`."""
+    try:
+        return wilson(passed, n, confidence).text()
+    except MissingExtraError:
+        return f"{100 * passed / n:.1f}% ({passed}/{n})" if n else "- (0/0)"
+
+
+def interval_note(confidence: float = CONFIDENCE) -> str:
+    """What the brackets after a rate are, or what to install for them."""
+    try:
+        require("scipy", "analysis", "the intervals on the pass rates")
+    except MissingExtraError as exc:
+        return f"pass rates without intervals: {exc}"
+    level = f"{100 * confidence:g}%"
+    return f"pass rate: items whose newest record completed, [{level} Wilson interval]"

@@ -18,6 +18,7 @@ from pytest_haico.report.data import (
     factored_provenance,
     seconds,
 )
+from pytest_haico.report.paired import interval_note, rate_text
 from pytest_haico.results import load_results
 
 Say = Callable[[str], None]
@@ -34,6 +35,7 @@ _HEAD = (
     "retries",
     "reruns",
     "gave up",
+    "pass rate [95%]",
     "verdicts",
 )
 
@@ -71,6 +73,7 @@ def report_lines(report: Report) -> Iterator[str]:
                 count(cell.retries),
                 count(cell.reruns),
                 count(cell.gave_up),
+                rate_text(cell.passed, cell.items),
                 cell.verdict_text(),
             )
         )
@@ -79,7 +82,8 @@ def report_lines(report: Report) -> Iterator[str]:
     yield (
         "  (each item's newest record: median and p95 item seconds of those that ran to their "
         "own end; retries: attempts after an infrastructure failure or an interruption; "
-        "reruns: records after the item was done, --haico-no-resume)"
+        "reruns: records after the item was done, --haico-no-resume; "
+        f"{interval_note()})"
     )
     yield ""
     yield from _startup_lines(report)

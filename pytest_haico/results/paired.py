@@ -286,4 +286,5 @@ def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
             }
         )
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame: pandas.DataFrame = pd.DataFrame(rows)
+    return frame
