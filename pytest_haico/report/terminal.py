@@ -18,7 +18,7 @@ from pytest_haico.report.data import (
     factored_provenance,
     seconds,
 )
-from pytest_haico.report.paired import interval_note, rate_text
+from pytest_haico.report.paired import comparison_lines, interval_note, rate_text
 from pytest_haico.results import load_results
 
 Say = Callable[[str], None]
@@ -147,18 +147,25 @@ def _provenance_lines(report: Report) -> Iterator[str]:
 
 
 def print_report(
-    campaign: Path, *, html: Path | None, say: Say, warn: Say, html_mode: int = DEFAULT_FILE_MODE
+    campaign: Path,
+    *,
+    html: Path | None,
+    say: Say,
+    warn: Say,
+    html_mode: int = DEFAULT_FILE_MODE,
+    baseline: str | None = None,
 ) -> Report:
     """Print the campaign's terminal report; with `html`, also write the HTML report there
-    (with file mode `html_mode`). The report's records stay alive until the caller lets the
-    report go."""
+    (with file mode `html_mode`); with `baseline` (an operand of `haico compare`), a paired
+    comparison section of the campaign (B) against it (A). The report's records stay alive
+    until the caller lets the report go."""
     if html is not None:
         from pytest_haico.report.html import check_plotting
 
         check_plotting()  # before the slow part: say what to install at once
     # The terminal report needs of each item's newest record only what `build_report`
     # reads: the rest is streamed (the HTML report's plots and transcripts need it all).
-    if html is None:
+    if html is None and baseline is None:
         results = load_results(campaign, warn=None, newest_only=True, fields=REPORT_FIELDS)
     else:
         results = load_results(campaign, warn=None)
@@ -169,9 +176,21 @@ def print_report(
     report = build_report(results)
     for line in report_lines(report):
         say(line)
+    paired = None
+    if baseline is not None:
+        from pytest_haico.report.compare import load_operand
+        from pytest_haico.results.paired import compare_records
+
+        a = load_operand(baseline)
+        comparison = compare_records(a.newest(), report.newest)
+        say("")
+        say(f"paired comparison: A = {a.path} (--baseline), B = {results.path} (this report)")
+        for line in comparison_lines(comparison):
+            say(line)
+        paired = (comparison, str(a.path), str(results.path))
     if html is not None:
         from pytest_haico.report.html import write_html
 
-        write_html(report, html, mode=html_mode)
+        write_html(report, html, mode=html_mode, paired=paired)
         say(f"\nHTML report: {html}")
     return report

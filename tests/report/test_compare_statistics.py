@@ -187,3 +187,27 @@ def test_results_compare_is_the_same_figures_as_a_frame(tmp_path: Path) -> None:
     assert overall["resamples"] == 2000
     with pytest.raises(ValueError, match="'most' is not a pass rule"):
         a.compare(b, pass_rule="most")
+
+
+def test_report_with_a_baseline_adds_the_paired_section_and_its_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    b = campaign(tmp_path, "b", set(range(0, ITEMS, 20)))
+    page = tmp_path / "b.html"
+    assert main(["report", str(b), "--baseline", str(a), "--html", str(page)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index(f"paired comparison: A = {a} (--baseline), B = {b} (this report)")
+    assert out[start + 3 : start + 5] == [
+        "    pass rate: A 100.0% [98.1, 100.0] (200/200), B 95.0% [91.0, 97.3] (190/200)",
+        "    difference B − A: −5.0 points [−9.0, −2.1]",
+    ]
+    text = page.read_text()
+    section = text[text.index('<section id="paired">') :]
+    section = section[: section.index("</section>")]
+    assert "<td>−5.0 points [−9.0, −2.1]</td>" in section
+    assert "<td>10 pass → fail, 0 fail → pass</td>" in section
+    assert 'data-series="paired difference"' in section
+    assert "data:image/png;base64," in section
+    assert main(["report", str(b), "--html", str(page)]) == 0
+    assert '<section id="paired">' not in page.read_text()
