@@ -27,3 +27,13 @@ def test_a_good_pass_rule_loads(tmp_path: Path) -> None:
     path = tmp_path / "demo.toml"
     path.write_text('[run]\npass_rule = "k_of_n:3/5"\n')
     assert load_arm(path).run.pass_rule == "k_of_n:3/5"
+
+
+def test_a_blank_on_that_is_no_regular_expression_is_refused_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "demo.toml"
+    path.write_text('[standin]\nblank_on = "(hard"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_arm(path)
+    assert str(caught.value).startswith(
+        f"{path}: standin.blank_on: not a regular expression: missing ), unterminated subpattern"
+    )
