@@ -138,13 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to 'load the model' before listening, as vLLM does (default 0)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--blank-on",
-        type=re.compile,
-        metavar="REGEX",
-        help="answer blank, whatever the persona, in a conversation with a user turn REGEX "
-        "matches (stand-in only)",
-    )
+    parser.add_argument("--blank-on", type=re.compile, help="[standin] blank_on's REGEX")
     # Refused rather than unknown: argv is readable by every user of the node.
     parser.add_argument("--api-key", help=argparse.SUPPRESS)
     return parser
