@@ -211,10 +211,15 @@ def _needed_lines(
                 "items: it is within the margin"
             )
             continue
+        repeats = (
+            f", {math.ceil(needed / s.scripts)} repeat(s) of each of the {s.scripts:,} scripts"
+            if s.scripts
+            else ""
+        )
         yield (
             f"  to show {beyond} at {level} with {power:.0%} power, if the drop is "
             f"{100 * drop:.1f} points and {discordance:.1%} of pairs differ: {needed:,} pairs "
-            f"(now {n:,}; {math.ceil(needed / n) if n else '-'}× the items)"
+            f"(now {n:,}{repeats})"
         )
 
 
@@ -225,7 +230,7 @@ def plan_lines(comparison: Comparison, b: Results, plan: Plan, *, max_drop: floa
         "discordance (Connor 1987)"
     ]
     per_item = _allocation_per_item(b)
-    for s in comparison.strata:
+    for s in comparison.strata if len(comparison.strata) > 2 else comparison.strata[-1:]:
         name = "overall" if s.stratum == OVERALL else f"stratum {s.stratum}"
         lines.append(f" {name}:")
         needed = list(_needed_lines(s, max_drop, plan.power, plan.drop))

@@ -62,6 +62,7 @@ class StratumComparison:
     left_out: dict[str, int] = field(default_factory=dict)  # "A infra_error": count
     only_a: int = 0
     only_b: int = 0
+    scripts: int = 0  # distinct scripts among the pairs (repeats = pairs / scripts)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ def _stratum(
         dict(sorted(left_out.items())),
         len(keys_a - keys_b),
         len(keys_b - keys_a),
+        len({key[:2] for key in paired}),
     )
 
 

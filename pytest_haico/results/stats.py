@@ -239,14 +239,15 @@ def decide(difference: Difference, *, max_drop: float, what: str = "pass rate") 
     level = f"{100 * difference.confidence:g}%"
     margin = f"{100 * max_drop:g} point(s)"
     upper = _points(difference.high)
+    threshold = f"−{100 * max_drop:g}" if max_drop else "0"
     if difference.high < -max_drop:
         return Decision(
             True,
             f"FAIL: {what} dropped by more than {margin} at {level}: the upper bound of "
-            f"B − A, {upper} points, is below −{100 * max_drop:g}",
+            f"B − A, {upper} points, is below {threshold}",
         )
     return Decision(
         False,
         f"pass: a drop of more than {margin} in the {what} is not shown at {level}: the upper "
-        f"bound of B − A, {upper} points, is not below −{100 * max_drop:g}",
+        f"bound of B − A, {upper} points, is not below {threshold}",
     )

@@ -74,9 +74,9 @@ def test_compare_finds_a_five_point_drop_and_not_a_one_point_one_or_a_flaky_item
     assert "    McNemar exact p = 0.5 (discordant: 2 pass → fail, 0 fail → pass)" in out
     assert (
         "pass: a drop of more than 0 point(s) in the pass rate is not shown at 95%: the upper "
-        "bound of B − A, +1.0 points, is not below −0\n"
+        "bound of B − A, +1.0 points, is not below 0\n"
         "  to show a drop at 95% with 80% power, if the drop is 1.0 points and 1.0% of pairs "
-        "differ: 783 pairs (now 200; 4× the items)\n"
+        "differ: 783 pairs (now 200, 4 repeat(s) of each of the 200 scripts)\n"
     ) in out
 
     assert main(["compare", base, flaky1, "--max-drop", "0.02"]) == 0

@@ -59,9 +59,9 @@ def test_a_one_point_drop_is_not_shown_and_says_how_many_items_would_show_it(
     assert "    McNemar exact p = 0.5 (discordant: 2 pass → fail, 0 fail → pass)" in out
     assert out.endswith(
         "gate (--max-drop 0 --confidence 0.95): pass: a drop of more than 0 point(s) in the "
-        "pass rate is not shown at 95%: the upper bound of B − A, +1.0 points, is not below −0\n"
+        "pass rate is not shown at 95%: the upper bound of B − A, +1.0 points, is not below 0\n"
         "  to show a drop at 95% with 80% power, if the drop is 1.0 points and 1.0% of pairs "
-        "differ: 783 pairs (now 200; 4× the items)\n"
+        "differ: 783 pairs (now 200, 4 repeat(s) of each of the 200 scripts)\n"
     )
     assert main(["compare", str(a), str(b), "--max-drop", "0.02"]) == 0
     out = capsys.readouterr().out

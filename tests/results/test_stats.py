@@ -125,7 +125,7 @@ def test_the_gate_fails_only_when_the_whole_interval_is_beyond_the_margin() -> N
     assert not decide(one, max_drop=0.0).failed
     assert decide(one, max_drop=0.0).line == (
         "pass: a drop of more than 0 point(s) in the pass rate is not shown at 95%: the upper "
-        "bound of B − A, +1.0 points, is not below −0"
+        "bound of B − A, +1.0 points, is not below 0"
     )
 
 
