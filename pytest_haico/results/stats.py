@@ -32,6 +32,7 @@ POWER = 0.8
 # Bootstrap resamples and seed: fixed, so the same records always give the same interval.
 RESAMPLES = 2000
 SEED = 20260407
+_BATCH_VALUES = 10_000_000
 
 
 def _scipy_stats() -> Any:
@@ -178,6 +179,8 @@ def median_difference(
         confidence_level=confidence,
         method="percentile",
         rng=numpy.random.default_rng(seed),
+        # Resamples at a time: about 10 million values (80 MB), whatever the item count.
+        batch=max(1, _BATCH_VALUES // len(values)),
     )
     ci = result.confidence_interval
     return Median(len(values), median, float(ci.low), float(ci.high), resamples, confidence)
