@@ -37,9 +37,9 @@ def _text(i: int) -> str:
     return f"Question {i} ({' '.join(marks) or 'plain'}): how do I plan a meeting?"
 
 
-def _arm(blank_on: str = "") -> str:
+def _arm(blank_on: str = "", run: str = "") -> str:
     standin = f'[standin]\nblank_on = "{blank_on}"\n' if blank_on else ""
-    return f"[run]\nconcurrency = 16\n{standin}"
+    return f"[run]\nconcurrency = 16\n{run}{standin}"
 
 
 def test_compare_finds_a_five_point_drop_and_not_a_one_point_one_or_a_flaky_item(
@@ -51,7 +51,8 @@ def test_compare_finds_a_five_point_drop_and_not_a_one_point_one_or_a_flaky_item
     campaign.arm("base", _arm())
     campaign.arm("worse5", _arm(r"\\bhard\\b"))
     campaign.arm("worse1", _arm(r"\\bslight\\b"))
-    campaign.arm("flaky1", _arm(r"\\bwobbly\\b"))
+    # A pass rule: recorded in the run's run-config, where compare reads it.
+    campaign.arm("flaky1", _arm(r"\\bwobbly\\b", 'pass_rule = "majority"\n'))
     run = campaign.run_subprocess("--haico-exit", "campaign", "--haico-campaign", "c", timeout=900)
     assert run.ret == 0, run.stdout.str()[-3000:]
     arms = campaign.root / "results" / "c"
@@ -79,7 +80,10 @@ def test_compare_finds_a_five_point_drop_and_not_a_one_point_one_or_a_flaky_item
         "differ: 783 pairs (now 200, 4 repeat(s) of each of the 200 scripts)\n"
     ) in out
 
+    (config,) = (arms / "flaky1" / "runs").glob("*/run-config.json")
+    assert json.loads(config.read_text())["values"]["ARM_RUN_PASS_RULE"] == "majority"
     assert main(["compare", base, flaky1, "--max-drop", "0.02"]) == 0
+    assert "paired by script (pass_rule majority)" in capsys.readouterr().out
     assert main(["compare", base, flaky1, "--exit-on-regression"]) == 1  # the strict rule
     capsys.readouterr()
 
