@@ -164,6 +164,7 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
         "--confidence",
         type=share(0.5, 1.0, closed=False),
         default=0.95,
+        metavar="C",
         help="of every interval and of the gate (default 0.95)",
     )
     parser.add_argument(

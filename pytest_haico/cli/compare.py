@@ -38,6 +38,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--power",
         type=arguments.share(0.5, 1.0, closed=False),
         default=0.8,
+        metavar="P",
         help="of --plan (default 0.8)",
     )
     compare.add_argument(

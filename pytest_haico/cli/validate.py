@@ -43,5 +43,6 @@ def run(args: argparse.Namespace) -> int:
         resolver=arguments.resolver(args, flags=flags),
         gate=Gate(args.max_drop, args.confidence) if args.max_drop is not None else None,
         pass_rule=args.pass_rule,
+        confidence=args.confidence,
     )
     return validate(request, say=lambda line: print(line, flush=True))

@@ -200,6 +200,10 @@ def _needed_lines(
         yield f"  no drop measured (B − A {s.difference.text()}): nothing to show"
         return
     level = f"{100 * s.difference.confidence:g}%"
+    used = min(1.0, max(discordance, drop))  # a drop needs at least as many discordant pairs
+    differ = f"{used:.1%} of pairs differ"
+    if used != discordance:
+        differ += f" (measured {discordance:.1%}, raised to the drop)"
     for margin in sorted({0.0, max_drop}):
         needed = pairs_needed(
             drop, discordance, max_drop=margin, confidence=s.difference.confidence, power=power
@@ -218,7 +222,7 @@ def _needed_lines(
         )
         yield (
             f"  to show {beyond} at {level} with {power:.0%} power, if the drop is "
-            f"{100 * drop:.1f} points and {discordance:.1%} of pairs differ: {needed:,} pairs "
+            f"{100 * drop:.1f} points and {differ}: {needed:,} pairs "
             f"(now {n:,}{repeats})"
         )
 

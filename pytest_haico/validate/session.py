@@ -93,6 +93,7 @@ class Request:
     # `--max-drop` and `--confidence`: the interval gate instead of the strict per-item rule.
     gate: Gate | None = None
     pass_rule: str | None = None
+    confidence: float = CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ def _validate(request: Request, say: Say) -> int:
             warn=say,
             gate=request.gate,
             pass_rule=request.pass_rule,
-            confidence=request.gate.confidence if request.gate else CONFIDENCE,
+            confidence=request.confidence,
         )
     regressions = printed.regressions
     if printed.decision is not None:

@@ -211,3 +211,20 @@ def test_report_with_a_baseline_adds_the_paired_section_and_its_plot(
     assert "data:image/png;base64," in section
     assert main(["report", str(b), "--html", str(page)]) == 0
     assert '<section id="paired">' not in page.read_text()
+
+
+def test_plan_sizes_for_a_given_drop_and_power(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    b = campaign(tmp_path, "b", {3, 150})
+    assert main(["compare", str(a), str(b), "--plan", "--drop", "0.05", "--power", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "plan (--plan, power 90%): the pairs needed, from the measured discordance" in out
+    # Connor, with no fewer discordant pairs than the drop: (1.96·√.05 + 1.28·√.0475)² / .05²
+    assert (
+        "  to show a drop at 95% with 90% power, if the drop is 5.0 points and 5.0% of pairs "
+        "differ (measured 1.0%, raised to the drop): 206 pairs (now 200, 2 repeat(s) of each "
+        "of the 200 scripts)"
+    ) in out
+    assert "  cost: B's runs left no timeline, so no allocation per item is known" in out
