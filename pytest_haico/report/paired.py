@@ -265,18 +265,20 @@ def plan_lines(comparison: Comparison, b: Results, plan: Plan, *, max_drop: floa
         return lines
     hours, gpu_hours, items = per_item
     both = 2 * pairs  # each pair is an item on each side
+    more = max(0, both - 2 * n)
     if gpu_hours is not None:
-        lines.append(
-            f"  cost: {both:,} items ({pairs:,} per side) × {gpu_hours / items:.4f} GPU-h per "
-            f"item (B's runs: {gpu_hours:.2f} GPU-h for {items:,} items) = "
-            f"{both * gpu_hours / items:.2f} GPU-h"
-        )
+        rate = f"{gpu_hours / items:.4f} GPU-h per item ({gpu_hours:.2f} GPU-h for {items:,})"
+        spent = f"{more * gpu_hours / items:.2f} GPU-h"
     else:
-        lines.append(
-            f"  cost: {both:,} items ({pairs:,} per side) × {3600 * hours / items:.2f} s of "
-            f"allocation per item (B's runs: {hours:.3f} h for {items:,} items, no GPUs "
-            f"recorded) = {both * hours / items:.2f} h of allocation, 0 GPU-h"
+        rate = (
+            f"{3600 * hours / items:.2f} s of allocation per item ({hours:.3f} h for "
+            f"{items:,}, no GPUs recorded)"
         )
+        spent = f"{more * hours / items:.2f} h of allocation, 0 GPU-h"
+    lines.append(
+        f"  cost: {pairs:,} pairs are {both:,} items, {more:,} more than the {2 * n:,} now; "
+        f"at B's measured {rate}: {spent} more"
+    )
     return lines
 
 

@@ -228,3 +228,21 @@ def test_plan_sizes_for_a_given_drop_and_power(
         "of the 200 scripts)"
     ) in out
     assert "  cost: B's runs left no timeline, so no allocation per item is known" in out
+
+
+def test_plan_costs_the_items_to_add_in_gpu_hours_from_bs_timeline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = campaign(tmp_path, "a", set())
+    b = campaign(tmp_path, "b", set(range(0, ITEMS, 20)))
+    run_dir = b / "demo" / "runs" / "local-1.1"
+    run_dir.mkdir(parents=True)
+    # One hour of a 2-GPU job for B's 200 items: 0.01 GPU-h per item.
+    timeline = {"session": "n:1", "job": {"started_at": 1e9, "gpus": 2}, "exit": {"at": 1e9 + 3600}}
+    (run_dir / "timeline.json").write_text(json.dumps(timeline))
+    assert main(["compare", str(a), str(b), "--plan", "--drop", "0.03"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  cost: 434 pairs are 868 items, 468 more than the 400 now; at B's measured 0.0100 "
+        "GPU-h per item (2.00 GPU-h for 200): 4.68 GPU-h more"
+    ) in out
