@@ -179,10 +179,12 @@ def print_report(
     paired = None
     if baseline is not None:
         from pytest_haico.report.compare import load_operand
+        from pytest_haico.report.paired import resolve_pass_rule
         from pytest_haico.results.paired import compare_records
 
         a = load_operand(baseline)
-        comparison = compare_records(a.newest(), report.newest)
+        rule = resolve_pass_rule(None, a, results)  # the one the runs recorded, if any
+        comparison = compare_records(a.newest(), report.newest, pass_rule=rule)
         say("")
         say(f"paired comparison: A = {a.path} (--baseline), B = {results.path} (this report)")
         for line in comparison_lines(comparison):
