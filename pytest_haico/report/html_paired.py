@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator
 
-from pytest_haico.report.html_plots import panel
+from pytest_haico.report.html_plots import panel, pyplot_module
 from pytest_haico.results.paired import OVERALL, Comparison
 
 
@@ -17,10 +17,8 @@ def _esc(value: object) -> str:
 
 def difference_plot(comparison: Comparison) -> str:
     """B − A per stratum (and overall) in points, a dot and its interval each; 0 marked."""
-    from pytest_haico.report.html_plots import _pyplot
-
     strata = comparison.strata
-    figure, axes = _pyplot().subplots(figsize=(4.2, 0.5 + 0.35 * len(strata)))
+    figure, axes = pyplot_module().subplots(figsize=(4.2, 0.5 + 0.35 * len(strata)))
     axes.spines[["top", "right"]].set_visible(False)
     ys = list(range(len(strata)))[::-1]
     for y, s in zip(ys, strata, strict=True):
