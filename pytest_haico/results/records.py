@@ -307,6 +307,23 @@ class Results:
         self._every_record("frame()")
         return records_frame(self, newest=newest)
 
+    def compare(
+        self, other: Results, *, pass_rule: str | None = None, confidence: float = 0.95
+    ) -> pandas.DataFrame:
+        """This side (A) paired with `other` (B) by item, as `haico compare` prints it: one
+        row per stratum, then "overall" (pass rates with Wilson intervals, the paired
+        difference B − A with Newcombe's interval, McNemar's exact p, bootstrap medians of
+        latency, tokens and turns, left-out and unpaired counts). `pass_rule` ("all", "any",
+        "majority", "k_of_n:K/N") pairs scripts, each one's repeats made one verdict."""
+        from pytest_haico.config.pass_rule import parse_pass_rule
+        from pytest_haico.results.paired import compare_records, comparison_frame
+
+        rule = None if pass_rule is None else parse_pass_rule(pass_rule)
+        comparison = compare_records(
+            self.newest(), other.newest(), pass_rule=rule, confidence=confidence
+        )
+        return comparison_frame(comparison)
+
     def turns_frame(self, *, newest: bool = False) -> pandas.DataFrame:
         """One row per turn: the record's arm, script, repeat, attempt, run_id, verdict,
         item_id, then the turn's own fields (nested ones flattened)."""
