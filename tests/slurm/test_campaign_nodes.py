@@ -1,6 +1,7 @@
 """A campaign over several nodes of a real Slurm: submitted from a login node, its tasks on
 three compute nodes at once writing one results tree, every item once, each record and run
-naming its node, and `haico report` and `haico cost` reading them together, per node."""
+naming its node, and `haico report` and `haico cost` reading them together, per node; each
+job on one node whatever its batch script asks."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def test_a_campaign_over_three_nodes_writes_one_tree_and_reports_it_per_node(
 ) -> None:
     cluster = project.cluster
     assert isinstance(cluster, MultiNodeCluster)
+    # A batch script asking for two nodes still gets one per task: a run lives on one node.
+    script = project.root / "sbatch" / "campaign.sbatch"
+    script.write_text(script.read_text().replace("#SBATCH --nodes=1", "#SBATCH --nodes=2"))
     smoke = project.haico("submit", "demo", "--stage", "smoke", "--stratum", "default")
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     full = project.haico(

@@ -98,6 +98,7 @@ def test_sbatch_sees_only_the_allow_listed_environment_and_the_job_gets_haicos_s
     assert export.startswith(f"--export=ALL,HAICO_PYTHON={sys.executable},")
     assert "HAICO_INPUTS_DIGEST=sha256:" in export and "HAICO_SHARD_COUNT=2" in export
     assert "--array=0-1" in argv and "--haico-limit-per-stratum=2" in argv
+    assert "--nodes=1" in argv  # over whatever the batch script asks
     states = [(e["job"], e["state"]) for e in _journal(project)]
     assert [s for _, s in states] == ["PREPARED", "SUBMITTING", "SUBMITTED"] * 2
     assert "job 4242" in done.stdout and "job 4243" in done.stdout
