@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +48,15 @@ class Project:
     ) -> subprocess.CompletedProcess[str]:
         """`python -m pytest_haico ...` from the project, as a user's shell runs it: with
         tokens and an salloc shell's Slurm variables that must not reach the jobs."""
+        argv, env = self.command(args, path=path)
+        return subprocess.run(
+            argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def command(
+        self, args: Sequence[str], *, host: str | None = None, path: str | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of `haico args` on `host` (default: the project's)."""
         env = {
             **os.environ,
             **self.cluster.env,
@@ -57,18 +67,12 @@ class Project:
         if path is not None:
             env["PATH"] = path
         argv: list[str] = [sys.executable, "-m", "pytest_haico", *args]
-        if self.host is not None:
+        host = host or self.host
+        if host is not None:
             assert isinstance(self.cluster, MultiNodeCluster)
-            argv = self.cluster.on(self.host, argv, cwd=self.root)
+            argv = self.cluster.on(host, argv, cwd=self.root)
             env["TMPDIR"] = str(self.cluster.tmpdir)
-        return subprocess.run(
-            argv,
-            cwd=self.root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return argv, env
 
     def journal(self) -> list[dict[str, Any]]:
         [path] = self.campaign_dir.glob("submissions/*/journal.jsonl")

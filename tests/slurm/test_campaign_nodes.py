@@ -6,14 +6,24 @@ job on one node whatever its batch script asks."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_for
 from tests.slurm.nodes import LOGIN, MultiNodeCluster
-from tests.slurm.project import TERMINAL, Project, make_project
+from tests.slurm.project import (
+    TERMINAL,
+    Project,
+    make_project,
+    smoke_then_full,
+    terminal_once,
+    work_items,
+)
 
 
 @pytest.fixture
@@ -68,6 +78,47 @@ def test_a_campaign_over_three_nodes_writes_one_tree_and_reports_it_per_node(
         assert sorted(rows) == ["node1", "node2", "node3"], lines[head : head + 5]
         per_node = Counter(r["slurm"]["node"] for r in records)
         assert {node: int(row[1]) for node, row in rows.items()} == per_node
+
+
+def test_two_until_done_loops_on_two_nodes_at_once_resubmit_an_owed_share_once(
+    project: Project,
+) -> None:
+    cluster = project.cluster
+    work_items(project, count=6, turns=3, latency_ms=3000)  # 9 s an item, one at a time
+    full_id = smoke_then_full(project, tasks=2, time="10")
+    log = project.campaign_dir / "submissions"
+    logs = f"*/logs/full.*-{full_id}_0.out"
+    wait_for(
+        lambda: any(re.search(r"\d+ to run", p.read_text()) for p in log.glob(logs)),
+        timeout=90,
+        what="task 0 of the full stage to run its items",
+    )
+    # The task drains (USR1, as before a walltime) and exits 75: its share is owed.
+    cluster.run("scancel", "--batch", "--signal=USR1", f"{full_id}_0", check=True)
+    cluster.wait_ended(full_id)
+    assert cluster.job_fields(f"{full_id}_0")["ExitCode"] == "75:0"
+
+    loop = ["continue", "demo", "--until-done", "--every", "1", "--tasks", "1", "--time", "10"]
+    loops = {}
+    for host in ("node1", "node2"):
+        argv, env = project.command(loop, host=host)
+        loops[host] = subprocess.Popen(
+            argv, cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+    outs = {host: loops[host].communicate(timeout=600)[0] for host in loops}
+    for host, out in outs.items():
+        assert loops[host].returncode == 0, f"{host}:\n{out}"
+        assert re.search(r"until-done: submission \S+ finished in \d+ round\(s\)\n\Z", out), out
+    # Both decided under the one lock: the owed share was resubmitted once, by one of them.
+    continuations = [
+        e for e in project.journal() if e["state"] == "SUBMITTED" and ".continue-" in e["job"]
+    ]
+    assert len(continuations) == 1, continuations
+    [cont_id] = [e["job_id"] for e in continuations]
+    submitted = re.compile(rf"haico: \S+continue-1\S*: job {cont_id}, shards")
+    assert sum(bool(submitted.search(out)) for out in outs.values()) == 1, outs
+    terminal_once(project, 6)
 
 
 def _command(pid: int) -> str:
