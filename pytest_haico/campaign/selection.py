@@ -58,6 +58,7 @@ class Selection:
         counted = (
             self.to_run
             or self.done
+            or self.out_of_shard  # a shard with nothing of its own still says why
             or self.not_selected
             or self.not_listed
             or self.skipped_by_marks

@@ -27,6 +27,7 @@ from pytest_haico.gates.result import GateResult, failed, passed
 
 INPUTS_PRESENT = "inputs_present"
 RESULTS_WRITABLE = "results_writable"
+NODE_TMPDIR = "node_tmpdir"
 
 RESULTS_FIX = (
     "use a writable file system with enough free space: --haico-results DIR (ini "
@@ -304,6 +305,33 @@ def check_results_writable(results_dir: Path, *, bytes_needed: int, file_mode: i
         f"write + fsync in {results_dir}; {format_bytes(free)} free "
         f"({format_bytes(bytes_needed)} needed)",
     )
+
+
+def check_node_tmpdir(environ: Mapping[str, str]) -> GateResult:
+    """Gate node_tmpdir: the node-local ``$TMPDIR`` (the stack's databases, sockets and
+    state; /tmp without it) takes a probe file, written, fsynced and removed. Python would
+    otherwise fall back to another directory unasked: a node whose disk failed fails here,
+    and `haico continue` reruns its shares on other nodes."""
+    directory = Path(environ.get("TMPDIR") or "/tmp")
+    probe = directory / f".haico-probe.{socket.gethostname()}.{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            write_all(fd, b"pytest-haico write probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        return failed(
+            NODE_TMPDIR,
+            f"cannot write to this node's TMPDIR {directory}: {exc.strerror or exc} on "
+            f"{describe_filesystem(directory)}",
+            "the node's local disk: `haico continue` reruns the share on other nodes (and "
+            "excludes this one once failures cluster on it); outside a job, set TMPDIR to a "
+            "writable local directory",
+        )
+    return passed(NODE_TMPDIR, f"write + fsync in {directory}")
 
 
 def format_bytes(count: int) -> str:

@@ -241,7 +241,8 @@ class Recorder:
         if claim is None:
             paths = self.paths(arm)
             try:
-                claim = claim_run_dir(paths, self._job_part, file_mode=self.file_mode)
+                node = self.job.node if self.job.in_job else None
+                claim = claim_run_dir(paths, self._job_part, node=node, file_mode=self.file_mode)
             except OSError as exc:
                 raise self._unwritable(exc, paths.runs_dir) from exc
             self._claims[arm] = claim

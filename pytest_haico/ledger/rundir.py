@@ -106,7 +106,9 @@ class RunClaim:
     path: Path
 
 
-def claim_run_dir(paths: ArmPaths, part: str, *, file_mode: int = DEFAULT_FILE_MODE) -> RunClaim:
+def claim_run_dir(
+    paths: ArmPaths, part: str, *, node: str | None = None, file_mode: int = DEFAULT_FILE_MODE
+) -> RunClaim:
     """Claim `runs/<part>.<k>` for the first free k with `mkdir`, atomic on every file system.
 
     The arm's directories are made with the results mode (`check_arm_dirs` first refuses
@@ -129,6 +131,7 @@ def claim_run_dir(paths: ArmPaths, part: str, *, file_mode: int = DEFAULT_FILE_M
         break
     claim = {
         "host": socket.gethostname(),
+        "node": node,  # the Slurm node, as the records name it; None outside a job
         "job": part,
         "pid": os.getpid(),
         "run_id": run_id,

@@ -260,6 +260,7 @@ def static_gates(
         Gate(static.VLLM_ENVIRONMENT, vllm_environment),
         Gate(filesystem.INPUTS_PRESENT, inputs_present),
         Gate(filesystem.RESULTS_WRITABLE, results_writable),
+        Gate(filesystem.NODE_TMPDIR, partial(filesystem.check_node_tmpdir, environ)),
         Gate(static.WALLTIME, walltime),
         # A claim another live run holds was refused before the session ran anything (a
         # usage error): a run that got here holds its run directory and shares.

@@ -124,11 +124,15 @@ def _run_gates(run: Path) -> RunGates:
 
 
 def _run_node(run: Path) -> str | None:
-    """The node the run recorded in its run-config (NODE); None when it left none."""
-    try:
-        data = json.loads(read_owned_file(run / "run-config.json"))
-    except (UntrustedFileError, OSError, ValueError):
-        return None
-    values = data.get("values", data) if isinstance(data, dict) else None
-    node = values.get("NODE") if isinstance(values, dict) else None
-    return str(node) if node else None
+    """The node the run recorded in its run-config (NODE), else in its claim (a run stopped
+    by a gate writes no run-config); None when it left neither."""
+    for name, key in (("run-config.json", "NODE"), ("claim.json", "node")):
+        try:
+            data = json.loads(read_owned_file(run / name))
+        except (UntrustedFileError, OSError, ValueError):
+            continue
+        values = data.get("values", data) if isinstance(data, dict) else None
+        node = values.get(key) if isinstance(values, dict) else None
+        if node:
+            return str(node)
+    return None

@@ -74,17 +74,20 @@ def gate_passed_elsewhere(placement: Placement, placements: Iterable[Placement])
 def blame(placements: Sequence[Placement]) -> dict[str, Blame]:
     """The nodes on which at least `BLAME_AFTER` attempts failed by the node while attempts
     of the same arms recorded items elsewhere."""
-    failed: dict[str, list[Placement]] = {}
+    failed: dict[str, dict[str, tuple[str, str]]] = {}  # node -> attempt -> (arm, how)
     for placement in placements:
-        if placement.failure is not None and placement.node is not None:
-            failed.setdefault(placement.node, []).append(placement)
+        how = placement.failure
+        if how is None and (passed := gate_passed_elsewhere(placement, placements)):
+            how = f"gate {placement.failed_gate} failed (passed on {passed})"
+        if how is not None and placement.node is not None:
+            failed.setdefault(placement.node, {})[placement.attempt] = (placement.arm, how)
     blamed = {}
     for node, failures in failed.items():
-        arms = {p.arm for p in failures}
+        arms = {arm for arm, _ in failures.values()}
         elsewhere = sum(
             1 for p in placements if p.fruitful and p.arm in arms and p.node not in (None, node)
         )
-        attempts = {p.attempt: p.failure for p in failures}
+        attempts = {attempt: how for attempt, (_, how) in failures.items()}
         if len(attempts) >= BLAME_AFTER and elsewhere:
             texts = tuple(f"{attempt}: {how}" for attempt, how in attempts.items())
             blamed[node] = Blame(node, texts, elsewhere)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
+from pytest_haico.campaign.selection import Selection
+from pytest_haico.config.settings import Settings, Shard
 from tests.harness import CampaignProject
 
 NODE = "experiments/test_conversations.py::test_conversation"
@@ -281,3 +285,12 @@ def test_k_with_an_arm_name_that_selects_other_arms_points_to_haico_arm(
     )
     for exact in (("-k", "qwen32b-awq"), ("-k", "qwen32b", "--haico-arm", "qwen32b")):
         assert "haico: -k" not in campaign.run("--collect-only", "-q", *exact).stdout.str()
+
+
+def test_a_shard_with_nothing_of_its_own_still_says_why_it_runs_nothing() -> None:
+    settings = cast(
+        Settings,
+        SimpleNamespace(gates_only=False, resume=True, items=None, shard=Shard(5, 6)),
+    )
+    lines = Selection(out_of_shard=24).status_lines(settings)
+    assert lines == ["haico: 0 done in ledger, 0 to run (0 retries); shard 5/6: 24 in other shards"]

@@ -12,6 +12,7 @@ import pytest
 from pytest_haico.config.experiment import Arm
 from pytest_haico.gates.filesystem import (
     check_inputs_present,
+    check_node_tmpdir,
     check_results_writable,
     resolve_hf_cache,
 )
@@ -218,6 +219,25 @@ def test_missing_scripts_and_images_fail_and_weights_only_when_needed(tmp_path: 
     no_weights = Arm.model_validate({"name": "demo"})
     result = check_inputs_present(no_weights, needs_weights=True, hf_cache=tmp_path, scripts=[])
     assert result.detail == "arm demo names no weights: vLLM has nothing to load"
+
+
+# --- gate node_tmpdir: the node-local TMPDIR ---
+
+
+def test_a_writable_tmpdir_passes_and_keeps_no_probe(tmp_path: Path) -> None:
+    result = check_node_tmpdir({"TMPDIR": str(tmp_path)})
+    assert result.passed and result.detail == f"write + fsync in {tmp_path}", result
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_tmpdir_fails_instead_of_another_directory_taken_unasked(
+    tmp_path: Path, tmpfs: Mount
+) -> None:
+    tmpdir = tmpfs(tmp_path / "ro", read_only=True)
+    result = check_node_tmpdir({"TMPDIR": str(tmpdir)})
+    assert not result.passed
+    assert result.detail.startswith(f"cannot write to this node's TMPDIR {tmpdir}: Read-only")
+    assert "haico continue` reruns the share on other nodes" in result.fix
 
 
 # --- gate 9: results directory ---

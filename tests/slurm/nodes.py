@@ -211,6 +211,16 @@ class MultiNodeCluster(SlurmCluster):
     def restore_network(self, name: str) -> None:
         _ip("-n", self.nodes[name].netns, "link", "set", "eth0", "up")
 
+    def fill_disk(self, name: str) -> None:
+        """The node's local disk full (an earlier job's leftovers): its TMPDIR a small tmpfs,
+        filled. (A read-only one would not do: slurmstepd then sets TMPDIR=/tmp, which here
+        is the shared file system.)"""
+        fill = (
+            f"mount -t tmpfs -o size=256k,mode=1777 haico-full {self.tmpdir}"
+            f" && {{ dd if=/dev/zero of={self.tmpdir}/leftover bs=4k 2>/dev/null; true; }}"
+        )
+        self.run_on(name, "sh", "-c", fill, check=True)
+
     def reboot(self, name: str) -> None:
         """Every process of the node killed and its TMPDIR wiped; slurmd starts again once the
         controller has found the node gone (DOWN, its jobs NODE_FAIL), as after a real

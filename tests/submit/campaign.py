@@ -135,6 +135,12 @@ class Campaign:
         run.mkdir(parents=True, exist_ok=True)
         return run
 
+    def claim(self, fragment: str, task: int, *, node: str) -> None:
+        """The claim.json of the share's run, naming its node: all a run that a static
+        gate stopped leaves beside its gates.json."""
+        document = {"host": f"{node}.cluster", "node": node, "pid": 4242, "run_id": "x"}
+        (self.run_dir(fragment, task) / "claim.json").write_text(json.dumps(document))
+
     def run_config(self, fragment: str, task: int, *, node: str) -> None:
         """The run-config.json of the share's run, naming the node it ran on."""
         document = {"values": {"NODE": node}}

@@ -123,12 +123,17 @@ def test_a_single_failure_on_a_node_is_rerun_without_excluding_it(campaign: Camp
     assert not any(a.startswith("--exclude") for a in campaign.slurm.jobs()[continuation]["argv"])
 
 
+@pytest.mark.parametrize("left", ["run-config", "claim"])
 def test_a_gate_that_failed_on_one_node_and_passed_on_others_is_the_nodes_fault(
-    campaign: Campaign,
+    campaign: Campaign, left: str
 ) -> None:
     campaign.slurm.set_nodes("hn1", "hn2", "hn3")
     full = _full_over_two_tasks(campaign)
-    campaign.run_config(FULL, 0, node="hn2")
+    # A dynamic gate's run wrote its run-config; a static gate's, only its claim.
+    if left == "claim":
+        campaign.claim(FULL, 0, node="hn2")
+    else:
+        campaign.run_config(FULL, 0, node="hn2")
     campaign.gates(FULL, 0, ["one_node"], failed="canary_turn")
     campaign.slurm.end(full, 0, "FAILED", "78:0", node="hn2")
     campaign.gates(FULL, 1, ["one_node", "canary_turn"])

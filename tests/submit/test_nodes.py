@@ -51,6 +51,24 @@ def test_a_gate_passed_elsewhere_names_the_other_nodes_of_the_same_arm() -> None
     assert gate_passed_elsewhere(failed, [failed, others[2]]) is None
 
 
+def test_two_gate_failures_on_a_node_that_passed_elsewhere_blame_the_node() -> None:
+    gate = "node_tmpdir"
+    failed = [
+        Placement(arm="a", attempt=f"1_{task}.1", node="n3", failed_gate=gate) for task in (2, 5)
+    ]
+    passed = Placement(
+        arm="a", attempt="1_0.1", node="n1", fruitful=True, passed_gates=frozenset({gate})
+    )
+    [found] = blame([*failed, passed]).values()
+    assert found.node == "n3"
+    assert found.failures == (
+        "1_2.1: gate node_tmpdir failed (passed on n1)",
+        "1_5.1: gate node_tmpdir failed (passed on n1)",
+    )
+    # A gate that failed everywhere is the campaign's: no node is blamed for it.
+    assert blame(failed) == {}
+
+
 def test_exclusions_say_why_and_whether_they_leave_a_node() -> None:
     placements = [_failed("1_0", "n2"), _failed("1_1", "n2"), _fruitful("1_2.1", "n1")]
     exclusions = Exclusions(earlier=("n3",), blamed=blame(placements))
