@@ -209,6 +209,12 @@ class ProgressPlugin:
             return
         self.log.line(f"haico: {arm} stack healthy in {took}{self._ready(arm)}")
 
+    def stack_interrupted(self, arm: str, *, seconds: float) -> None:
+        # No line: the session ends at once, on pytest's line saying so.
+        with self._lock:
+            self._resume()
+            self._arms_left.discard(arm)
+
     def stack_stopped(self, arm: str, *, seconds: float | None) -> None:
         with self._lock:
             if arm not in self._up:

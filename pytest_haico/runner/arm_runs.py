@@ -8,7 +8,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.observer import ArmRunsObserver, ObservedRecorder
 from pytest_haico.runner.skips import is_skipped_by_marks
+from pytest_haico.runner.stopping import Drain, interrupted_start_line
 
 if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
@@ -32,17 +32,6 @@ if TYPE_CHECKING:
     from pytest_haico.stack.kept import KeptState
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass
-class Drain:
-    """A graceful stop: nothing new starts; what is in flight gets `timeout_s`, then is
-    cancelled and recorded interrupted."""
-
-    reason: str
-    timeout_s: float
-    in_flight: int  # conversations in flight when it began
-    ended_early: bool = False  # a second USR1 cancelled what was still in flight
 
 
 class ArmRuns:
@@ -255,9 +244,10 @@ class ArmRuns:
         try:
             session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
-            told = exc.brief
-            self._tell("stack_started", arm, seconds=time.monotonic() - began, error=told)
+            # An interrupt cancels what the start was doing: that is no failure of the stack.
             if self.start_interrupt is None:
+                told = exc.brief
+                self._tell("stack_started", arm, seconds=time.monotonic() - began, error=told)
                 raise StackError(self._fail(arm, exc)) from None
             session = self._sessions.get(arm)
         else:
@@ -269,7 +259,13 @@ class ArmRuns:
         if interrupt is not None:
             if session is not None:
                 self._stop(arm, final_dump=False)  # idempotent: a start that raised stopped all
-            raise interrupt
+            seconds = time.monotonic() - began
+            self._tell("stack_interrupted", arm, seconds=seconds)
+            # pytest shows an `Interrupted` as its one "!" line (a bare KeyboardInterrupt gets
+            # the line it was raised on, and a hint about --full-trace).
+            raise pytest.Session.Interrupted(
+                interrupted_start_line(arm, interrupt, seconds=seconds)
+            ) from interrupt
         assert session is not None
         if not gates_only:
             for state in self._attempts.get(arm, []):
