@@ -86,6 +86,9 @@ def write_summary(
             terminal.write_line(f"  {line}")
         if sessions.kept is not None:
             terminal.write_line(f"  kept stack:  {sessions.kept.directory} (its logs and dumps)")
+        served = sessions.served_model(arm)
+        if served is not None:
+            terminal.write_line(f"  model:       the served model {served}")
         if run is not None and run.dump_failure:
             terminal.write_line(f"  {run.dump_failure}", red=True)
         for change in run.provenance_changes if run is not None else ():

@@ -373,7 +373,14 @@ class ArmRuns:
 
         planned = self._attempts.get(arm)
         spec = planned[0].spec if planned else None
-        return arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
+        values = arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
+        served = self._static.served.get(arm)
+        return {**values, **(served.provenance() if served is not None else {})}
+
+    def served_model(self, arm: str) -> str | None:
+        """The served model (`haico serve`) that answers the arm's run, in the summary's words."""
+        served = self._static.served.get(arm) if arm in self._sessions else None
+        return served.describe() if served is not None and served.served is not None else None
 
     def _stop_early(self, reason: str) -> None:
         """A breaker, a dead service, a lost result: its arm admits no more (`stop_before`)."""
