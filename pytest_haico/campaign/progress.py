@@ -242,7 +242,7 @@ class ProgressPlugin:
         # Once the run stops admitting (a drain, the walltime, a breaker, SIGTERM) what is
         # left will not run in this job: no time left to tell.
         runs = self.sessions
-        stopping = any((runs.drain, runs.admission_stop, runs.emergency, runs.stop_reason))
+        stopping = runs.stops.stopped_short
         took = format_duration(record.duration_s, "log")
         left = "stopping" if stopping else f"ETA {format_duration(eta, 'log')}"
         self.log.line(

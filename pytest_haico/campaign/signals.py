@@ -163,11 +163,11 @@ class SessionSignals:
         self._interrupt(KeyboardInterrupt())
 
     def _usr1(self, signum: int, frame: FrameType | None) -> None:
-        if self.sessions.tearing_down and self.sessions.drain is None:
+        if self.sessions.tearing_down and self.sessions.stops.drain is None:
             return  # every item ran: the run is finishing anyway
-        again = self.sessions.drain is not None
+        again = self.sessions.stops.drain is not None
         self.sessions.begin_drain("SIGUSR1: draining", self.drain_timeout_s)
-        drain = self.sessions.drain
+        drain = self.sessions.stops.drain
         if again:
             self._say(
                 "SIGUSR1 again: the drain ends now; what is in flight is recorded interrupted"
