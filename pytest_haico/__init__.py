@@ -22,9 +22,9 @@ and may import, which `tests/test_architecture.py` enforces:
     standins/    the local profile's model server and backend, reached over HTTP only
 
 The shared helpers may be imported by every part, the stand-ins included: `errors` and the
-bottom layer (`redact`, `files`, `procfs`, `durations`, `locks`, `httpclient`), which
-imports nothing of the package but `errors` and itself. No other core module imports a
-stand-in, and the stand-ins import nothing else of the core.
+bottom layer (`redact`, `files`, `procfs`, `durations`, `stamps`, `percentiles`, `locks`,
+`httpclient`), which imports nothing of the package but `errors` and itself. No other core
+module imports a stand-in, and the stand-ins import nothing else of the core.
 
 The public names below load on first use, so that `import pytest_haico` (which every
 pytest start does, through the plugin's entry point) stays cheap.

@@ -12,9 +12,19 @@ import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
 # The bottom layer: helpers for the outside world every part shares (the redaction filter,
-# files, /proc, durations as text, locks, HTTP clients). They import nothing of the package
-# but `errors` and each other (`locks` checks its file as `files` does).
-BOTTOM = {"redact", "files", "procfs", "durations", "locks", "httpclient"}
+# files, /proc, durations as text, UTC stamps, percentiles, locks, HTTP clients). They
+# import nothing of the package but `errors` and each other (`locks` checks its file as
+# `files` does).
+BOTTOM = {
+    "redact",
+    "files",
+    "procfs",
+    "durations",
+    "stamps",
+    "percentiles",
+    "locks",
+    "httpclient",
+}
 SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)

@@ -21,13 +21,14 @@ from pytest_haico.files import (
     ownership_problem,
     write_atomic,
 )
+from pytest_haico.stamps import utc_name
 
 
 def job_part(job: SlurmJob, *, pid: int | None = None, now: float | None = None) -> str:
     """The job part of a run_id: array job + task, else job, else a local timestamp + pid."""
     part = job.key
     if part is None:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+        stamp = utc_name(now)
         return f"local-{stamp}-{os.getpid() if pid is None else pid}"
     return f"{part}r{job.restart_count}" if job.restart_count else part
 

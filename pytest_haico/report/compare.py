@@ -26,6 +26,7 @@ from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
 from pytest_haico.report.terminal import Say, table
 from pytest_haico.results import Record, Results, ResultsReadError, load_results
+from pytest_haico.stamps import utc_shown
 
 Key = tuple[str, str, int]
 
@@ -137,8 +138,7 @@ def describe(label: str, results: Results) -> str:
     """A header line: the side's path, its runs with their start, its item count."""
     runs = run_starts(results)
     shown = [
-        f"{run_id} (started "
-        f"{start.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S UTC') if start else 'unknown'})"
+        f"{run_id} (started {utc_shown(start) if start else 'unknown'})"
         for run_id, start in runs[:_TOP]
     ]
     more = f" and {len(runs) - _TOP} more" if len(runs) > _TOP else ""

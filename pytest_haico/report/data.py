@@ -4,7 +4,6 @@ arm × stratum, each run's start-up and provenance."""
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable
@@ -16,6 +15,7 @@ from typing import Any
 from pytest_haico.durations import format_duration
 from pytest_haico.files import read_results_file
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
+from pytest_haico.percentiles import P95, percentile
 from pytest_haico.report.run_startup import run_startup_s
 from pytest_haico.results import RERUN, RETRY, Attempt, Record, Results
 
@@ -45,14 +45,6 @@ PROVENANCE_KEYS = (
     "EXPERIMENTS_GIT_DIRTY",
     "GPUS",
 )
-
-
-def percentile(values: list[float], share: float) -> float | None:
-    """Nearest-rank percentile (as `haico cost`); None for no values."""
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[max(math.ceil(share * len(ranked)) - 1, 0)]
 
 
 def turn_totals(record: Record) -> tuple[int, float, int, int]:
@@ -98,7 +90,7 @@ class Cell:
 
     @property
     def p95_s(self) -> float | None:
-        return percentile(self.durations, 0.95)
+        return percentile(self.durations, P95)
 
     def verdict_text(self) -> str:
         known = [v for v in VERDICT_ORDER if v in self.verdicts]

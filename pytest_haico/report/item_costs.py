@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.format import Warn, iter_ledger, leading_fields_pattern, sound_leading
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
+from pytest_haico.percentiles import P95, nearest_rank
 from pytest_haico.report.run_startup import run_startup_s
 
 if TYPE_CHECKING:  # the readers of the results import no pydantic (tests/ledger)
@@ -95,7 +96,7 @@ class StratumCost:
             stratum,
             n,
             median_s=statistics.median(ranked),
-            p95_s=ranked[math.ceil(0.95 * n) - 1],  # nearest rank, as ItemTimes
+            p95_s=nearest_rank(ranked, P95),  # as the walltime gate's ItemTimes
             max_s=ranked[-1],
             mean_s=statistics.fmean(in_order),
             early_mean_s=statistics.fmean(in_order[:third]) if third else None,

@@ -25,7 +25,6 @@ import grp
 import json
 import os
 import stat
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from pytest_haico.files import (
     read_owned_file,
     write_atomic,
 )
+from pytest_haico.stamps import utc_iso
 
 SCHEMA = 1
 SHARED_KEY_MODE = 0o640  # a key shared with a Unix group: its members may read it
@@ -127,7 +127,7 @@ def key_file_name(name: str, job_id: str) -> str:
 
 
 def now_utc() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return utc_iso()
 
 
 def check_catalogue_dir(catalogue: Path) -> os.stat_result:

@@ -24,7 +24,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -43,6 +42,7 @@ from pytest_haico.files import dir_mode, make_dirs
 from pytest_haico.report.compare import print_comparison
 from pytest_haico.results import paused_gc
 from pytest_haico.stack.kept import KeptState, read_state, state_path
+from pytest_haico.stamps import utc_name
 from pytest_haico.validate.builds import (
     Build,
     ValidateError,
@@ -135,7 +135,7 @@ def _validate(request: Request, say: Say) -> int:
         for role, given in (("baseline", request.baseline), ("candidate", request.candidate))
     ]
     refuse_the_same_build(*builds)
-    name = request.campaign or f"validate-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    name = request.campaign or f"validate-{utc_name()}"
     campaign_dir = places.results / parse_name(name, "--campaign")
     with contextlib.ExitStack() as stack:
         stack.enter_context(_new_campaign(campaign_dir, resolve_results_mode(r)))
