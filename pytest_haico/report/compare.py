@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_haico.files import read_results_file
+from pytest_haico.ledger.layout import CLAIM_FILE, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
 from pytest_haico.report.terminal import Say, table
@@ -110,7 +111,7 @@ def run_starts(results: Results) -> list[tuple[str, datetime | None]]:
     item's start."""
     starts: dict[str, list[datetime]] = {}
     for arm_dir, run_id in {(r.arm_dir, r.run_id) for r in results.records}:
-        claimed = _claimed_at(arm_dir / "runs" / run_id)
+        claimed = _claimed_at(ArmPaths(arm_dir).run_dir(run_id))
         starts.setdefault(run_id, []).extend([claimed] if claimed else [])
     for record in results.records:
         started = record.data.get("started_at")
@@ -128,7 +129,7 @@ def _aware(moment: datetime) -> datetime:
 
 def _claimed_at(run_dir: Path) -> datetime | None:
     try:
-        claim = json.loads(read_results_file(run_dir / "claim.json"))
+        claim = json.loads(read_results_file(run_dir / CLAIM_FILE))
         return datetime.fromtimestamp(float(claim["claimed_at"]), UTC)
     except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return None
@@ -327,7 +328,7 @@ def _delta_lines(pairs: list[Pair]) -> Iterator[str]:
 def _config_values(results: Results) -> dict[str, set[str]]:
     values: dict[str, set[str]] = {}
     for arm_dir, run_id in sorted({(r.arm_dir, r.run_id) for r in results.records}):
-        for key, value in read_run_config(arm_dir / "runs" / run_id).items():
+        for key, value in read_run_config(ArmPaths(arm_dir).run_dir(run_id)).items():
             values.setdefault(key, set()).add(value)
     return values
 

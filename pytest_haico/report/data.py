@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_haico.durations import format_duration
 from pytest_haico.files import read_results_file
+from pytest_haico.ledger.layout import RUN_CONFIG_JSON, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.percentiles import P95, percentile
 from pytest_haico.report.run_startup import run_startup_s
@@ -196,7 +197,7 @@ def _runs(attempts: list[Attempt]) -> Iterable[RunInfo]:
     first = {key: min(filter(None, run), default="") for key, run in starts.items()}
     for (arm_dir, run_id), started in sorted(first.items()):
         count = len(starts[(arm_dir, run_id)])
-        run_dir = arm_dir / "runs" / run_id
+        run_dir = ArmPaths(arm_dir).run_dir(run_id)
         config = read_run_config(run_dir)
         adaptations = [
             f"{key}={value}"
@@ -236,7 +237,7 @@ def factored_provenance(runs: list[RunInfo]) -> tuple[dict[str, str], list[dict[
 def read_run_config(run_dir: Path) -> dict[str, str]:
     """`runs/<run_id>/run-config.json`'s values ({} when the run left none)."""
     try:
-        data = json.loads(read_results_file(run_dir / "run-config.json"))
+        data = json.loads(read_results_file(run_dir / RUN_CONFIG_JSON))
     except (OSError, ValueError):
         return {}
     values: Any = data.get("values", data) if isinstance(data, dict) else {}
