@@ -43,6 +43,7 @@ MARKERS = (
 # backend_server depend on them, so a test asking for one has them in its closure).
 FIXTURE_MARKS = {
     "slurm_cluster": ("slurm",),
+    "slurm_nodes": ("slurm",),
     "postgres_service": ("stack", "postgres"),
     "standin_launcher": ("stack",),
 }

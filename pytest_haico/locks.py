@@ -6,7 +6,9 @@ logs while they look at the queue and submit. Either way, two commands at once c
 both decide that a job is still to be submitted. The holder writes its pid, host and command
 into the file; a second command waits a bounded time for it, then stops naming it. Where the
 file system has no flock, haico stops rather than go on unlocked (that is how one job name
-was once submitted twice).
+was once submitted twice); where its flock locks only this host (Lustre's localflock, NFS's
+local_lock or nolock, BeeGFS without global file locks), haico stops too, since the
+commands it keeps apart may run on a login node and in a job on another node.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def holding(
         raise LockError(f"cannot open the lock {path} of {what}: {exc.strerror or exc}") from exc
     try:
         _check_own(fd, path, what)
+        local = host_only_locks(path)
+        if local is not None:
+            raise LockError(f"cannot lock {path} of {what} safely: {local}")
         _acquire(fd, path, what=what, wait_s=wait_s, say=say)
         since = utc_iso()
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command}
@@ -71,6 +76,67 @@ def holding(
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def host_only_locks(
+    path: Path, mountinfo: str | None = None, beegfs_conf: str | None = None
+) -> str | None:
+    """Why a flock on `path` would hold on this host only (with the fix), or None.
+
+    Read from the mount `path` is on (`/proc/self/mountinfo`, or `mountinfo`): its type and
+    options. BeeGFS shows nothing of it in its options: its client configuration does
+    (`beegfs_conf`, default ``/etc/beegfs/beegfs-client.conf``)."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return None
+    mount = _mount_of(Path(os.path.realpath(path.parent)), mountinfo)
+    if mount is None:
+        return None
+    point, fstype, options = mount
+    on = f"{point} is {fstype}"
+    if fstype == "lustre" and "localflock" in options:
+        return f"{on} mounted with localflock (locks hold on this host only): remount with -o flock"
+    if fstype in ("nfs", "nfs4"):
+        local = next(
+            (o for o in options if o in ("nolock", "local_lock=flock", "local_lock=all")), None
+        )
+        if local is not None:
+            return f"{on} mounted with {local} (locks hold on this host only): remount without it"
+    if fstype == "beegfs":
+        if beegfs_conf is None:
+            try:
+                beegfs_conf = Path("/etc/beegfs/beegfs-client.conf").read_text()
+            except OSError:
+                beegfs_conf = ""
+        settings = dict(
+            (key.strip(), value.strip())
+            for key, sep, value in (line.partition("=") for line in beegfs_conf.splitlines())
+            if sep and not key.lstrip().startswith("#")
+        )
+        if settings.get("tuneUseGlobalFileLocks", "false").lower() != "true":
+            return (
+                f"{on} without global file locks (locks hold on this host only): set "
+                "tuneUseGlobalFileLocks = true in /etc/beegfs/beegfs-client.conf"
+            )
+    return None
+
+
+def _mount_of(path: Path, mountinfo: str) -> tuple[str, str, set[str]] | None:
+    """The mount point, type and options (mount and super options) of the mount `path` is
+    on: the longest mount point above it (the last such, as later mounts hide earlier)."""
+    found: tuple[str, str, set[str]] | None = None
+    for line in mountinfo.splitlines():
+        before, sep, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if not sep or len(fields) < 6 or len(tail) < 3:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = path == Path(point) or Path(point) in path.parents
+        if inside and (found is None or len(point) >= len(found[0])):
+            found = (point, tail[0], set(fields[5].split(",")) | set(tail[2].split(",")))
+    return found
 
 
 def _check_own(fd: int, path: Path, what: str) -> None:

@@ -27,6 +27,11 @@ with contextlib.suppress(ImportError):
     matplotlib.use("Agg")
     import matplotlib.pyplot
 
+# scipy.stats (the paired statistics) likewise: it loads numpy's lazily imported C
+# extensions (numpy.fft's), which refuse a second load as numpy does.
+with contextlib.suppress(ImportError):
+    import scipy.stats  # noqa: F401
+
 from pytest_haico.stack import Orchestrator, PostgresService
 from tests.harness import CampaignProject, clear_campaign_environment
 from tests.standins.standin_procs import BackendServers, Launcher, LlmServers

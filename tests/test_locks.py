@@ -101,3 +101,57 @@ def test_a_lock_file_others_may_write_is_refused(tmp_path: Path) -> None:
         holding(path, what="serving 'standin'", command="serve"),
     ):
         pytest.fail("held a lock others may write")
+
+
+_MOUNTS = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+40 27 0:50 / /lustre/work rw,relatime - lustre 10.0.0.1@o2ib:/work rw,{lustre}
+41 27 0:51 / /home rw,relatime - nfs4 srv:/home rw,vers=4.2,{nfs}
+42 27 0:52 / /beegfs rw,relatime - beegfs beegfs_nodev rw,cfgFile=/etc/beegfs/c.conf
+43 40 0:53 / /lustre/work/my\\040dir rw,relatime - gpfs gpfs1 rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "lustre", "nfs", "beegfs", "refused"),
+    [
+        ("/lustre/work/results/.lock", "flock", "", "", None),
+        ("/lustre/work/results/.lock", "localflock", "", "", "mounted with localflock"),
+        ("/home/me/results/.lock", "flock", "local_lock=none", "", None),
+        (
+            "/home/me/results/.lock",
+            "flock",
+            "local_lock=flock",
+            "",
+            "mounted with local_lock=flock",
+        ),
+        ("/home/me/results/.lock", "flock", "nolock", "", "mounted with nolock"),
+        ("/beegfs/results/.lock", "flock", "", "", "tuneUseGlobalFileLocks = true"),
+        ("/beegfs/results/.lock", "flock", "", "tuneUseGlobalFileLocks = true\n", None),
+        # A mount inside another one: the inner one decides (a space in its name is \040).
+        ("/lustre/work/my dir/results/.lock", "localflock", "", "", None),
+        ("/scratch/results/.lock", "localflock", "local_lock=all", "", None),  # local ext4
+    ],
+)
+def test_a_file_system_whose_locks_hold_on_this_host_only_is_named_with_its_fix(
+    path: str, lustre: str, nfs: str, beegfs: str, refused: str | None
+) -> None:
+    mounts = _MOUNTS.format(lustre=lustre, nfs=nfs)
+    why = locks.host_only_locks(Path(path), mounts, beegfs)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why
+        assert why.startswith("/" + path.split("/")[1]), why  # it names the mount
+
+
+def test_a_lock_on_a_host_only_file_system_is_refused_before_it_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        locks, "host_only_locks", lambda path: f"{path.parent} is nfs4 mounted with nolock"
+    )
+    refused = pytest.raises(LockError, match=r"cannot lock .* safely: .* mounted with nolock")
+    with refused, holding(tmp_path / "lock", what="submission s", command="continue"):
+        pytest.fail("the lock was taken")

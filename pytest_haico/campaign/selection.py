@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_haico.config.items import ItemSpec, first_per_stratum, in_shard
+from pytest_haico.config.items import ItemSpec, first_per_stratum, in_shard, limited_shard
 from pytest_haico.config.settings import Settings
 from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
@@ -166,10 +166,13 @@ class Selector:
         self, items: list[pytest.Item], specs: dict[str, ItemSpec]
     ) -> tuple[list[pytest.Item], list[pytest.Item]]:
         """Arm and stratum selection, the items file, the shard (by position in the items
-        file when there is one, else by item_id), then the per-stratum limit."""
+        file when there is one, else by item_id), then the per-stratum limit; without an
+        items file the limit comes first and its items are dealt over the shards."""
         settings = self.settings
         selection = self.selection
         listed = settings.items
+        limit = settings.limit_per_stratum
+        dealt = limit is not None and listed is None
         candidates: list[pytest.Item] = []
         deselected: list[pytest.Item] = []
         for item in items:
@@ -184,7 +187,7 @@ class Selector:
             elif listed is not None and position is None:
                 selection.not_listed += 1
                 deselected.append(item)
-            elif not (
+            elif not dealt and not (
                 listed.in_shard(position, settings.shard)
                 if listed is not None and position is not None
                 else in_shard(spec.item_id, settings.shard)
@@ -193,17 +196,19 @@ class Selector:
                 deselected.append(item)
             else:
                 candidates.append(item)
-        if settings.limit_per_stratum is None:
+        if limit is None:
             return candidates, deselected
-        in_limit = first_per_stratum(
-            (specs[i.nodeid] for i in candidates if i.nodeid in specs),
-            settings.limit_per_stratum,
-        )
+        scoped = [specs[i.nodeid] for i in candidates if i.nodeid in specs]
+        in_limit = first_per_stratum(scoped, limit)
+        mine = limited_shard(scoped, settings.shard, limit) if dealt else in_limit
         within: list[pytest.Item] = []
         for item in candidates:
             spec = specs.get(item.nodeid)
-            if spec is None or spec.ordinal in in_limit:
+            if spec is None or spec.ordinal in mine:
                 within.append(item)
+            elif spec.ordinal in in_limit:
+                selection.out_of_shard += 1
+                deselected.append(item)
             else:
                 selection.over_limit += 1
                 deselected.append(item)

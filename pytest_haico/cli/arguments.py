@@ -129,3 +129,48 @@ def campaign_dir(args: argparse.Namespace, found: Places | None = None) -> Path:
     if os.sep in given or given in (".", ".."):
         return Path(given).resolve()
     return ((found or places(args)).results / given).resolve()
+
+
+def share(low: float, high: float, *, closed: bool = True) -> Callable[[str], float]:
+    """A number from `low` to `high` (`high` excluded unless `closed`)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (low <= value <= high) or (not closed and value == high):
+            bound = "to" if closed else "up to, not including,"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number from {low:g} {bound} {high:g} (a share: 0.02 is 2 "
+                "points)"
+            )
+        return value
+
+    return parse
+
+
+def add_gate_options(parser: argparse.ArgumentParser) -> None:
+    """The paired comparison's options: the interval gate, its confidence, the pass rule."""
+    parser.add_argument(
+        "--max-drop",
+        type=share(0.0, 1.0),
+        metavar="SHARE",
+        help="exit 1 when B's pass rate is lower than A's by more than SHARE (0.02: 2 points) "
+        "at --confidence: the whole interval of the paired difference B − A lies below "
+        "−SHARE; a drop the interval does not show passes",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=share(0.5, 1.0, closed=False),
+        default=0.95,
+        metavar="C",
+        help="of every interval and of the gate (default 0.95)",
+    )
+    parser.add_argument(
+        "--pass-rule",
+        metavar="RULE",
+        help="all, any, majority or k_of_n:K/N: how a script's repeats make one verdict for "
+        "the pass rates and the gate (default: the arm's [run] pass_rule the runs recorded, "
+        "else each repeat on its own)",
+    )

@@ -26,7 +26,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--stratum", action="append", default=[], help="only this stratum (repeatable)"
     )
     submit.add_argument(
-        "--limit", type=arguments.positive_int, default=2, help="smoke: items per task"
+        "--limit",
+        type=arguments.positive_int,
+        default=2,
+        help="smoke: items per arm × stratum in all, dealt over its tasks (default 2)",
     )
     submit.add_argument(
         "--profile", choices=("local", "cluster"), help="default: cluster with a cluster.env"

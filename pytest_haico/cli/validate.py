@@ -21,12 +21,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--attach", metavar="ARM|FILE", help="the model of this kept stack")
     v.add_argument("--campaign", help="default: validate-<UTC time>, a new campaign")
     v.add_argument("--profile", choices=("local", "cluster"), help="as pytest's --haico-profile")
+    arguments.add_gate_options(v)
     arguments.add_project_options(v)
     v.add_argument("pytest_args", nargs="*", metavar="-- PYTEST ARGS", help="e.g. -- -k greet")
     v.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pytest_haico.report.paired import Gate
     from pytest_haico.validate.session import Request, validate
 
     flags = {**arguments.PROJECT_FLAGS, "profile": "--profile", "backend_cmd": "--backend-cmd"}
@@ -39,5 +41,8 @@ def run(args: argparse.Namespace) -> int:
         attach=args.attach,
         pytest_args=tuple(args.pytest_args),
         resolver=arguments.resolver(args, flags=flags),
+        gate=Gate(args.max_drop, args.confidence) if args.max_drop is not None else None,
+        pass_rule=args.pass_rule,
+        confidence=args.confidence,
     )
     return validate(request, say=lambda line: print(line, flush=True))

@@ -30,6 +30,8 @@ def model_identity(arm: Arm, *, profile: Profile, endpoint: str | None = None) -
     if profile is Profile.LOCAL:
         # max_num_seqs schedules the replies, it does not change them.
         standin = arm.standin.model_dump(mode="json", exclude={"max_num_seqs"})
+        if not standin["blank_on"]:  # off: the identity stays what it was before the key
+            del standin["blank_on"]
         return "standin:" + _canonical(standin)
     if arm.model.hf_id:
         return f"hf:{arm.model.hf_id}@{arm.model.revision or 'unpinned'}"

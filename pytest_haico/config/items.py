@@ -158,6 +158,25 @@ def first_per_stratum(specs: Iterable[ItemSpec], limit: int) -> set[int]:
     return kept
 
 
+def limited_shard(specs: Iterable[ItemSpec], shard: Shard, limit: int) -> set[int]:
+    """The ordinals a task runs under a per-stratum limit: the first `limit` items (stable
+    order) of each arm × stratum, dealt in turn over the shards, so that an array of n tasks
+    runs `limit` items of each in all, not n × limit."""
+    ordered = sorted(specs, key=lambda s: s.ordinal)
+    chosen = first_per_stratum(ordered, limit)
+    kept: set[int] = set()
+    dealt: dict[tuple[str, str], int] = {}
+    for spec in ordered:
+        if spec.ordinal not in chosen:
+            continue
+        key = (spec.arm.name, spec.stratum)
+        turn = dealt.get(key, 0)
+        dealt[key] = turn + 1
+        if turn % shard.count == shard.index:
+            kept.add(spec.ordinal)
+    return kept
+
+
 def group_by_arm(items: Sequence[_T], arm_of: Callable[[_T], str | None]) -> list[_T]:
     """Reorder so each arm's items run together, where the arm's first item was.
 

@@ -5,6 +5,7 @@ Each field's docstring is its description in the arm reference (`config/referenc
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -32,6 +33,7 @@ from pytest_haico.config.limits import (
     MAX_TOKENS,
     MAX_TURN_TIMEOUT_S,
 )
+from pytest_haico.config.pass_rule import parse_pass_rule
 from pytest_haico.config.validation import FieldError as _FieldError
 
 _MAX_START_TIMEOUT_S = 86_400  # a day: beyond any model load, below a typo's extra 000
@@ -153,6 +155,19 @@ class RunSection(Section):
     judge: Annotated[str | None, Field(pattern=ARM_NAME.pattern, max_length=128)] = None
     """The served model (a catalogue name) that scores `expect: {judge: ...}`;
     `--haico-judge` overrides it. Not part of the item identity."""
+    pass_rule: Annotated[str, Field(max_length=32)] | None = None
+    """How a script's repeats make one verdict for `haico compare` and `haico validate`:
+    "all", "any", "majority" or "k_of_n:K/N" (at least K of the N repeats pass); unset: each
+    repeat counts on its own. Recorded in run-config; not part of the item identity."""
+
+    @model_validator(mode="after")
+    def _known_pass_rule(self) -> RunSection:
+        if self.pass_rule is not None:
+            try:
+                parse_pass_rule(self.pass_rule)
+            except ValueError as exc:
+                raise _FieldError("pass_rule", str(exc)) from None
+        return self
 
 
 class SlurmSection(Section):
@@ -221,6 +236,9 @@ class StandinSection(Section):
     substitute_model: str = ""
     """A model id the stand-in backend records in its snapshots instead of the one asked
     for ("" is off)."""
+    blank_on: Annotated[str, Field(max_length=256)] = ""
+    """A regular expression: a conversation with a user turn it matches gets blank answers
+    (as persona blank) whatever the persona, so a known set of scripts fails ("" is off)."""
     rate_limit_rpm: Annotated[int, Field(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0
     """Queries per minute the stand-in backend allows before it answers 429 (0: no limit)."""
     recursion_flag: bool = True
@@ -228,6 +246,14 @@ class StandinSection(Section):
     max_num_seqs: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None
     """vLLM's `--max-num-seqs` (unset: its default); more requests wait. Not part of the
     item identity."""
+
+    @model_validator(mode="after")
+    def _blank_on_compiles(self) -> StandinSection:
+        try:
+            re.compile(self.blank_on)
+        except re.error as exc:
+            raise _FieldError("blank_on", f"not a regular expression: {exc}") from None
+        return self
 
 
 class BackendSection(Section):

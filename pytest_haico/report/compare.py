@@ -25,8 +25,10 @@ from pytest_haico.files import read_results_file
 from pytest_haico.ledger.layout import CLAIM_FILE, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
+from pytest_haico.report.paired import Gate, Plan, statistics_lines
 from pytest_haico.report.terminal import Say, table
 from pytest_haico.results import Record, Results, ResultsReadError, load_results
+from pytest_haico.results.stats import CONFIDENCE, Decision
 from pytest_haico.stamps import utc_shown
 
 Key = tuple[str, str, int]
@@ -230,17 +232,40 @@ def compare_lines(a: Results, b: Results) -> tuple[list[str], int]:
     return lines, len(regressions)
 
 
-def print_comparison(a: str, b: str, *, say: Say, warn: Say) -> tuple[int, list[Results]]:
-    """Print how operand `b` differs from operand `a` (`load_operand`); the number of
-    regressions, and the records read (the caller decides when they are let go)."""
+@dataclass(frozen=True)
+class Printed:
+    """What `print_comparison` printed: the regressions (the strict per-item rule), the
+    records read (the caller decides when they are let go), the gate's decision."""
+
+    regressions: int
+    sides: list[Results]
+    decision: Decision | None
+
+
+def print_comparison(
+    a: str,
+    b: str,
+    *,
+    say: Say,
+    warn: Say,
+    gate: Gate | None = None,
+    plan: Plan | None = None,
+    pass_rule: str | None = None,
+    confidence: float = CONFIDENCE,
+) -> Printed:
+    """Print how operand `b` differs from operand `a` (`load_operand`), then the paired
+    statistics, the gate's line and the plan (`pytest_haico.report.paired`)."""
     sides = [load_operand(a), load_operand(b)]
     for label, results in zip("AB", sides, strict=True):
         for message in results.warnings[:5]:
             warn(f"ledger warning ({label}): {message}")
+    stats = statistics_lines(
+        *sides, gate=gate, plan=plan, pass_rule=pass_rule, confidence=confidence
+    )
     lines, regressions = compare_lines(*sides)
-    for line in lines:
+    for line in [*lines, "", *stats.lines]:
         say(line)
-    return regressions, sides
+    return Printed(regressions, sides, stats.decision)
 
 
 def _expectations(record: Record) -> dict[tuple[int, str, str], tuple[bool, str]]:

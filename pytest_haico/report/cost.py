@@ -20,6 +20,8 @@ from pytest_haico.config.settings import Profile
 from pytest_haico.durations import DAY, MINUTE, format_duration
 from pytest_haico.errors import ConfigError
 from pytest_haico.report.item_costs import CostError, StratumCost, current_items, load_costs
+from pytest_haico.report.nodes import NODE_FIELDS, node_lines
+from pytest_haico.results import load_results
 from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
@@ -187,7 +189,10 @@ def cost_lines(
             margin=margin,
             partitions=partitions,
         )
-    return lines
+    # Where records name several nodes, their failures and item times side by side.
+    results = load_results(campaign_dir, warn=None, newest_only=True, fields=NODE_FIELDS)
+    by_node = list(node_lines(results))
+    return [*lines, "", *by_node] if by_node else lines
 
 
 def _header(

@@ -82,6 +82,11 @@ class Cell:
     adaptations: int = 0
 
     @property
+    def passed(self) -> int:
+        """Items whose newest record completed."""
+        return self.verdicts.get(Verdict.COMPLETED, 0)
+
+    @property
     def gave_up(self) -> int:
         return self.verdicts.get(Verdict.GAVE_UP, 0)
 

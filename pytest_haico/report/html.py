@@ -30,8 +30,11 @@ from pytest_haico.report.html_items import (
     items_section,
     ordered_items,
 )
+from pytest_haico.report.html_paired import paired_section
 from pytest_haico.report.html_plots import iter_plot_sections
+from pytest_haico.report.paired import interval_note, rate_text
 from pytest_haico.results import ResultsReadError, require
+from pytest_haico.results.paired import Comparison
 
 SECTIONS = (
     "summary",
@@ -54,6 +57,8 @@ _COLOURS = {
     Verdict.RATE_LIMITED: "#ad1457",
     Verdict.INTERRUPTED: "#546e7a",
 }
+# A paired comparison: its figures, A's path and B's (`haico report --baseline`).
+Paired = tuple[Comparison, str, str]
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1em 2em;color:#222}
 h1{margin:.2em 0}.path{color:#666;overflow-wrap:anywhere}
@@ -140,7 +145,7 @@ def _summary(report: Report) -> Iterator[str]:
             [
                 _esc(cell.arm),
                 _esc(cell.stratum),
-                f"{_pass_rate(cell):.0%}",
+                _esc(rate_text(cell.passed, cell.items)),
                 count(cell.items),
                 verdicts,
                 _bar(cell),
@@ -155,7 +160,7 @@ def _summary(report: Report) -> Iterator[str]:
             {2, 3, 6, 7, 8, 9, 10, 11, 12},
         )
     yield (
-        '</table><p class="note">Pass rate: items whose newest record completed. Median and '
+        f'</table><p class="note">{_esc(interval_note())}. Median and '
         "p95 item seconds of the items that ran to their own end; retries are attempts after "
         "an infrastructure failure or an interruption, reruns records after the item was "
         "done (--haico-no-resume).</p></section>"
@@ -226,8 +231,8 @@ def _runs(report: Report) -> Iterator[str]:
     yield "</table></section>"
 
 
-def render_html(report: Report) -> str:
-    """The page, as text."""
+def render_html(report: Report, paired: Paired | None = None) -> str:
+    """The page, as text; with `paired` (the comparison, A's path, B's), its section."""
     results = report.results
     allocations = read_allocations(report.runs)
     # The campaign its records name (an arm's or a run's directory is named otherwise).
@@ -244,6 +249,7 @@ def render_html(report: Report) -> str:
         f"{len(report.runs)} runs, {failed} items not completed, "
         f"{len(results.orphans)} orphan transcripts, {len(results.warnings)} ledger warnings.</p>",
         *_summary(report),
+        *(paired_section(*paired) if paired is not None else ()),
         *_allocation(allocations),
         *iter_plot_sections(report, allocations),
         *_runs(report),
@@ -253,7 +259,7 @@ def render_html(report: Report) -> str:
     return "\n".join(parts)
 
 
-def write_html(report: Report, path: Path, *, mode: int) -> None:
+def write_html(report: Report, path: Path, *, mode: int, paired: Paired | None = None) -> None:
     """Write the page to `path` (its directory must exist) with file mode `mode`.
 
     It holds transcripts, so it gets the results' mode whatever the umask, and is written
@@ -261,7 +267,7 @@ def write_html(report: Report, path: Path, *, mode: int) -> None:
     (a symlink or a FIFO another user left in a shared /tmp, /dev/null) is refused, never
     written through or replaced.
     """
-    text = render_html(report)
+    text = render_html(report, paired)
     with contextlib.suppress(OSError):  # missing: it is made; unreachable: the write says so
         kind = file_kind(path.lstat().st_mode)
         if kind != "regular file":

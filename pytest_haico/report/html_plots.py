@@ -20,7 +20,8 @@ MIN_POINTS = MIN_ITEMS
 _PANEL_INCHES = (3.6, 2.2)
 
 
-def _pyplot() -> Any:
+def pyplot_module() -> Any:
+    """matplotlib's pyplot on the Agg backend (imported when the first plot is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,7 +33,7 @@ def _pyplot() -> Any:
 def _png(figure: Any) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    _pyplot().close(figure)
+    pyplot_module().close(figure)
     return base64.b64encode(buffer.getvalue()).decode()
 
 
@@ -46,7 +47,7 @@ def panel(title: str, caption: str, figure: Any) -> str:
 
 
 def _axes() -> tuple[Any, Any]:
-    figure, axes = _pyplot().subplots(figsize=_PANEL_INCHES)
+    figure, axes = pyplot_module().subplots(figsize=_PANEL_INCHES)
     axes.spines[["top", "right"]].set_visible(False)
     return figure, axes
 

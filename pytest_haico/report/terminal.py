@@ -18,6 +18,8 @@ from pytest_haico.report.data import (
     factored_provenance,
     seconds,
 )
+from pytest_haico.report.nodes import NODE_FIELDS, node_lines
+from pytest_haico.report.paired import comparison_lines, interval_note, rate_text
 from pytest_haico.results import load_results
 
 Say = Callable[[str], None]
@@ -34,6 +36,7 @@ _HEAD = (
     "retries",
     "reruns",
     "gave up",
+    "pass rate [95%]",
     "verdicts",
 )
 
@@ -71,6 +74,7 @@ def report_lines(report: Report) -> Iterator[str]:
                 count(cell.retries),
                 count(cell.reruns),
                 count(cell.gave_up),
+                rate_text(cell.passed, cell.items),
                 cell.verdict_text(),
             )
         )
@@ -79,8 +83,13 @@ def report_lines(report: Report) -> Iterator[str]:
     yield (
         "  (each item's newest record: median and p95 item seconds of those that ran to their "
         "own end; retries: attempts after an infrastructure failure or an interruption; "
-        "reruns: records after the item was done, --haico-no-resume)"
+        "reruns: records after the item was done, --haico-no-resume; "
+        f"{interval_note()})"
     )
+    by_node = list(node_lines(results))
+    if by_node:
+        yield ""
+        yield from by_node
     yield ""
     yield from _startup_lines(report)
     yield from allocation_lines(report.runs)
@@ -143,19 +152,27 @@ def _provenance_lines(report: Report) -> Iterator[str]:
 
 
 def print_report(
-    campaign: Path, *, html: Path | None, say: Say, warn: Say, html_mode: int = DEFAULT_FILE_MODE
+    campaign: Path,
+    *,
+    html: Path | None,
+    say: Say,
+    warn: Say,
+    html_mode: int = DEFAULT_FILE_MODE,
+    baseline: str | None = None,
 ) -> Report:
     """Print the campaign's terminal report; with `html`, also write the HTML report there
-    (with file mode `html_mode`). The report's records stay alive until the caller lets the
-    report go."""
+    (with file mode `html_mode`); with `baseline` (an operand of `haico compare`), a paired
+    comparison section of the campaign (B) against it (A). The report's records stay alive
+    until the caller lets the report go."""
     if html is not None:
         from pytest_haico.report.html import check_plotting
 
         check_plotting()  # before the slow part: say what to install at once
     # The terminal report needs of each item's newest record only what `build_report`
     # reads: the rest is streamed (the HTML report's plots and transcripts need it all).
-    if html is None:
-        results = load_results(campaign, warn=None, newest_only=True, fields=REPORT_FIELDS)
+    if html is None and baseline is None:
+        fields = (*REPORT_FIELDS, *NODE_FIELDS)
+        results = load_results(campaign, warn=None, newest_only=True, fields=fields)
     else:
         results = load_results(campaign, warn=None)
     for message in results.warnings[:5]:
@@ -165,9 +182,23 @@ def print_report(
     report = build_report(results)
     for line in report_lines(report):
         say(line)
+    paired = None
+    if baseline is not None:
+        from pytest_haico.report.compare import load_operand
+        from pytest_haico.report.paired import resolve_pass_rule
+        from pytest_haico.results.paired import compare_records
+
+        a = load_operand(baseline)
+        rule = resolve_pass_rule(None, a, results)  # the one the runs recorded, if any
+        comparison = compare_records(a.newest(), report.newest, pass_rule=rule)
+        say("")
+        say(f"paired comparison: A = {a.path} (--baseline), B = {results.path} (this report)")
+        for line in comparison_lines(comparison):
+            say(line)
+        paired = (comparison, str(a.path), str(results.path))
     if html is not None:
         from pytest_haico.report.html import write_html
 
-        write_html(report, html, mode=html_mode)
+        write_html(report, html, mode=html_mode, paired=paired)
         say(f"\nHTML report: {html}")
     return report

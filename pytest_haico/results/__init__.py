@@ -18,6 +18,8 @@
     results.transcript(r)  # a record's transcript events, turn by turn
     results.frame()        # a pandas DataFrame, one row per attempt (newest=True: per item)
     results.turns_frame()  # one row per turn
+    results.compare(other)  # paired by item with `other`: per stratum and overall, the
+                           # pass rates, the difference B − A, McNemar's p (as haico compare)
 
 A path is a campaign (`<results>/<campaign>`, holding `<arm>/ledger/`), an arm
 (`<campaign>/<arm>`), a run directory (`<arm>/runs/<run_id>`) or a run's ledger file
@@ -37,16 +39,16 @@ one the ledger left owed, infra_error, rate_limited or interrupted), `rerun` (a 
 rerun: a record after the item was done, --haico-no-resume), `ledger`, `line`,
 `transcript` (its path).
 
-pandas is an optional extra: ``pip install 'pytest-haico[analysis]'``; without it
-`frame` raises `MissingExtraError` saying so. Every error here is a `ResultsReadError`
-whose message is one line naming the path and what to do:
+pandas and scipy are an optional extra: ``pip install 'pytest-haico[analysis]'``;
+without them `frame` and `compare` raise `MissingExtraError` saying so. Every error here is
+a `ResultsReadError` whose message is one line naming the path and what to do:
 
     HaicoError
     └── ResultsReadError       the results cannot be read as asked
         ├── NotResultsError    the path is no campaign, arm or run
         ├── NoRecordsError     nothing recorded there (yet)
         ├── TranscriptMissingError  a record's transcript file is missing
-        └── MissingExtraError  an optional extra (pandas, matplotlib) is not installed
+        └── MissingExtraError  an optional extra (pandas, scipy, matplotlib) is not installed
 """
 
 from __future__ import annotations

@@ -187,11 +187,14 @@ class Attempt(NamedTuple):
     verdict: str
     started_at: str | None
     finished_at: str
+    node: str | None  # the Slurm node it ran on (`slurm.node`), None outside a job
 
     @classmethod
     def of(cls, record: Record) -> Attempt:
         data = record.data
         started = data.get("started_at")
+        slurm = data.get("slurm")
+        node = slurm.get("node") if type(slurm) is dict else None
         return cls(
             record.arm,
             record.arm_dir,
@@ -202,6 +205,7 @@ class Attempt(NamedTuple):
             data["verdict"],
             started if type(started) is str and started else None,
             data["finished_at"],
+            node if type(node) is str and node else None,
         )
 
 
@@ -302,6 +306,23 @@ class Results:
 
         self._every_record("frame()")
         return records_frame(self, newest=newest)
+
+    def compare(
+        self, other: Results, *, pass_rule: str | None = None, confidence: float = 0.95
+    ) -> pandas.DataFrame:
+        """This side (A) paired with `other` (B) by item, as `haico compare` prints it: one
+        row per stratum, then "overall" (pass rates with Wilson intervals, the paired
+        difference B − A with Newcombe's interval, McNemar's exact p, bootstrap medians of
+        latency, tokens and turns, left-out and unpaired counts). `pass_rule` ("all", "any",
+        "majority", "k_of_n:K/N") pairs scripts, each one's repeats made one verdict."""
+        from pytest_haico.config.pass_rule import parse_pass_rule
+        from pytest_haico.results.paired import compare_records, comparison_frame
+
+        rule = None if pass_rule is None else parse_pass_rule(pass_rule)
+        comparison = compare_records(
+            self.newest(), other.newest(), pass_rule=rule, confidence=confidence
+        )
+        return comparison_frame(comparison)
 
     def turns_frame(self, *, newest: bool = False) -> pandas.DataFrame:
         """One row per turn: the record's arm, script, repeat, attempt, run_id, verdict,

@@ -157,6 +157,7 @@ def sbatch_argv(job: ModelJob, *, after: str | None = None) -> list[str]:
     argv = [
         "sbatch",
         "--parsable",
+        "--nodes=1",  # a model's GPUs on one node: whatever the batch script says
         *job.resources,
         f"--job-name={job_name(job.name)}",
         f"--output={logs}/{job.name}.%j.out",

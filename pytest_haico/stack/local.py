@@ -28,6 +28,7 @@ def build_llm_service(
     load_s: float = 0.0,
     vllm_version: str | None = None,
     max_num_seqs: int | None = None,
+    blank_on: str = "",
     name: str = "llm",
     start_timeout: float = 60.0,
     host: str = "127.0.0.1",
@@ -49,6 +50,8 @@ def build_llm_service(
             argv += ["--vllm-version", vllm_version]
         if max_num_seqs is not None:
             argv += ["--max-num-seqs", str(max_num_seqs)]
+        if blank_on:
+            argv += ["--blank-on", blank_on]
         return argv
 
     return HttpService(
@@ -73,6 +76,7 @@ def build_arm_llm_service(arm: Arm, *, api_key: str, host: str = "127.0.0.1") ->
         api_key=api_key,
         load_s=arm.standin.load_s,
         max_num_seqs=arm.standin.max_num_seqs,
+        blank_on=arm.standin.blank_on,
         host=host,
     )
 

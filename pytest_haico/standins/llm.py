@@ -8,6 +8,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import sys
 import time
 import uuid
@@ -82,6 +83,7 @@ class LlmSettings:
     persona: Persona
     latency_ms: int
     load_s: float
+    blank_on: re.Pattern[str] | None
     seed: int
     api_key: str | None
 
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to 'load the model' before listening, as vLLM does (default 0)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--blank-on", type=re.compile, help="[standin] blank_on's REGEX")
     # Refused rather than unknown: argv is readable by every user of the node.
     parser.add_argument("--api-key", help=argparse.SUPPRESS)
     return parser
@@ -163,6 +166,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LlmSettin
         persona=Persona(args.persona),
         latency_ms=int(args.latency_ms),
         load_s=max(0.0, float(args.load_s)),
+        blank_on=args.blank_on,
         seed=int(args.seed),
         api_key=environ.get(API_KEY_ENV) or None,
     )
@@ -260,6 +264,7 @@ class _LlmApp:
             persona=self.settings.persona,
             seed=self.settings.seed,
             latency_ms=self.settings.latency_ms,
+            blank_on=self.settings.blank_on,
         )
         async with self.stats.schedule(prompt_tokens) as running:
             if plan.delay_s:

@@ -89,7 +89,14 @@ def request_digest(seed: int, messages: Sequence[dict[str, Any]]) -> bytes:
     return hashlib.sha256(f"{seed}\0{canonical}".encode()).digest()
 
 
-def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latency_ms: int) -> Plan:
+def plan_completion(
+    request: ChatRequest,
+    *,
+    persona: Persona,
+    seed: int,
+    latency_ms: int,
+    blank_on: re.Pattern[str] | None = None,
+) -> Plan:
     """Decide how *persona* answers *request*.
 
     A guided request (a named ``tool_choice``, or "required") always gets a valid call whose
@@ -101,6 +108,9 @@ def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latenc
     request that continues one (an assistant or tool message in the history): a model that
     hangs once the context grows. So it passes the dynamic gates, whose probes and canary
     are first requests, and its conversations hang at their second model call.
+
+    ``blank_on`` (``[standin] blank_on``) answers an unguided request blank, whatever the
+    persona, when one of its user messages matches: a known set of conversations fails.
     """
     digest = request_digest(seed, request.messages)
     rng = random.Random(digest)
@@ -118,12 +128,20 @@ def plan_completion(request: ChatRequest, *, persona: Persona, seed: int, latenc
     if choice == "required":
         tool = _artifact_tool(tools)
         return Plan(delay_ms / 1000, _guided_call(tool, rng, topic, call_id()))
+    if blank_on is not None and _user_matches(request.messages, blank_on):
+        return Plan(delay_ms / 1000, Reply(""))
     if persona is Persona.HANG and continues_conversation(request.messages):
         return Plan(delay_ms / 1000, Hang())
     # The first draw decides flakiness so that it depends on nothing but seed and messages.
     if persona is Persona.FLAKY and rng.random() < FLAKY_SHARE:
         return Plan(delay_ms / 1000, ServerFault())
     return Plan(delay_ms / 1000, _reply(request, persona, rng, topic, call_id))
+
+
+def _user_matches(messages: Sequence[dict[str, Any]], pattern: re.Pattern[str]) -> bool:
+    return any(
+        m.get("role") == "user" and pattern.search(message_text(m)) is not None for m in messages
+    )
 
 
 def continues_conversation(messages: Sequence[dict[str, Any]]) -> bool:

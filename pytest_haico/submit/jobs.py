@@ -65,6 +65,8 @@ def sbatch_argv(
     argv = [
         "sbatch",
         "--parsable",
+        # Everything of a run lives on one node's loopback: whatever the batch script says.
+        "--nodes=1",
         f"--job-name={plan.name}",
         f"--array={array_spec(plan.tasks)}",
         f"--time={plan.time_limit}",

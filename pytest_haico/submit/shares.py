@@ -15,8 +15,8 @@ from pytest_haico.config.experiment import Experiments
 from pytest_haico.config.item_list import parse_item_list
 from pytest_haico.config.items import (
     ItemSpec,
-    first_per_stratum,
     in_shard,
+    limited_shard,
     submitted_item_specs,
 )
 from pytest_haico.config.settings import Profile, Shard
@@ -302,8 +302,8 @@ def _done(index: ResumeIndex, spec: ItemSpec) -> bool:
 
 def items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[ItemSpec]:
     """The items of `specs` (one arm × stratum) that task `task` of a job runs, selected
-    as the plugin selects them: by position in an items file, else by the item_id's shard
-    and then the per-stratum limit."""
+    as the plugin selects them: by position in an items file, else the per-stratum limit's
+    items dealt over the tasks, else by the item_id's shard."""
     shard = Shard(task, plan.shard_count)
     listed = plan_items_file(plan)
     if listed is not None:
@@ -314,12 +314,11 @@ def items_of_task(plan: PlannedJob, task: int, specs: list[ItemSpec]) -> list[It
             for position, test_id in enumerate(items.test_ids)
             if items.in_shard(position, shard) and test_id in by_id
         ]
-    in_task = [s for s in specs if in_shard(s.item_id, shard)]
     limit = limit_of(plan)
     if limit is None:
-        return in_task
-    chosen = first_per_stratum(in_task, limit)
-    return [s for s in in_task if s.ordinal in chosen]
+        return [s for s in specs if in_shard(s.item_id, shard)]
+    chosen = limited_shard(specs, shard, limit)
+    return [s for s in specs if s.ordinal in chosen]
 
 
 def item_specs(submission: Submission, experiments: Experiments) -> list[ItemSpec]:

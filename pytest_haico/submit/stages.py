@@ -134,6 +134,8 @@ def _plan_stage(
                 tasks, time, why = _smoke_size(
                     arm, stratum, measured, partitions, request, planned[(arm_name, stratum)]
                 )
+                # The limit's items are dealt over the tasks: a task with none is not queued.
+                tasks = min(tasks, planned[(arm_name, stratum)], request.limit)
                 depends: tuple[str, ...] = ()
                 limit: int | None = request.limit
             else:

@@ -9,9 +9,12 @@ starts for both runs as a kept stack of the arm and stops at the end; both runs 
 through `--haico-model-endpoint` (its key in the environment, never in argv), so both
 record the same model identity.
 
-Exit: 1 when an item completed with the baseline and not with the candidate (`haico compare
---exit-on-regression`), else 0; 75 when a run did not finish (interrupted, infrastructure,
-a failed gate); a usage error is a `ValidateError` (exit 2 from the command line).
+Exit, with `--max-drop SHARE`: 1 when the candidate's pass rate is lower than the baseline's
+by more than SHARE at `--confidence` (the interval gate of `haico compare --max-drop`), else
+0. Without it, the strict per-item rule: 1 when any item completed with the baseline and not
+with the candidate (`haico compare --exit-on-regression`), else 0.
+Either way: 75 when a run did not finish (interrupted, infrastructure, a failed gate); a
+usage error is a `ValidateError` (exit 2 from the command line).
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from pytest_haico.config.values import MODEL_API_KEY_ENV, enum_parser, parse_com
 from pytest_haico.files import dir_mode, make_dirs
 from pytest_haico.ledger.layout import ArmPaths, run_id_of_ledger
 from pytest_haico.report.compare import print_comparison
+from pytest_haico.report.paired import Gate
 from pytest_haico.results import paused_gc
+from pytest_haico.results.stats import CONFIDENCE
 from pytest_haico.stack.kept import KeptState, read_state, state_path
 from pytest_haico.stamps import utc_name
 from pytest_haico.validate.builds import (
@@ -86,6 +91,10 @@ class Request:
     attach: str | None
     pytest_args: tuple[str, ...]
     resolver: Resolver
+    # `--max-drop` and `--confidence`: the interval gate instead of the strict per-item rule.
+    gate: Gate | None = None
+    pass_rule: str | None = None
+    confidence: float = CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -178,9 +187,20 @@ def _validate(request: Request, say: Say) -> int:
     say(f"haico: validate: A = baseline, {builds[0].describe()}: run {runs[0]}")
     say(f"haico: validate: B = candidate, {builds[1].describe()}: run {runs[1]}")
     with paused_gc():
-        regressions, _ = print_comparison(
-            f"{campaign_dir / arm}@{runs[0]}", f"{campaign_dir / arm}@{runs[1]}", say=say, warn=say
+        printed = print_comparison(
+            f"{campaign_dir / arm}@{runs[0]}",
+            f"{campaign_dir / arm}@{runs[1]}",
+            say=say,
+            warn=say,
+            gate=request.gate,
+            pass_rule=request.pass_rule,
+            confidence=request.confidence,
         )
+    regressions = printed.regressions
+    if printed.decision is not None:
+        verdict = "exit 1" if printed.decision.failed else "exit 0"
+        say(f"haico: validate: {printed.decision.line}: {verdict}")
+        return 1 if printed.decision.failed else 0
     if regressions:
         say(f"haico: validate: {regressions} regression(s) in the candidate: exit 1")
         return 1

@@ -77,6 +77,19 @@ def test_limit_per_stratum_keeps_the_first_n_of_each_arm_and_stratum(
     ]
 
 
+def test_a_limit_over_shards_is_the_limit_in_all_dealt_over_the_shards(
+    campaign: CampaignProject,
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("s1", "s2", "s3", "s4", "s5", stratum="short")
+    campaign.scripts("solo.yaml", "id: solo\nstratum: long\nturns:\n  - user: hi\n")
+    limit = ("--collect-only", "-q", "--haico-limit-per-stratum", "2")
+    first = collected(campaign.run(*limit, "--haico-shard=0/2"))
+    second = collected(campaign.run(*limit, "--haico-shard=1/2"))
+    assert first == ["demo-s1-r0", "demo-solo-r0"]
+    assert second == ["demo-s2-r0"]
+
+
 def test_script_tags_are_markers_and_keywords(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts(

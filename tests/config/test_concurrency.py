@@ -52,3 +52,16 @@ def test_concurrency_and_the_standins_max_num_seqs_stay_out_of_the_item_id() -> 
     assert _identity(_arm({"concurrency": "auto", "max_concurrency": 64})) == base
     assert _identity(_arm({"concurrency": 1}, {"max_num_seqs": 2})) == base
     assert _identity(_arm({}, {"latency_ms": 5})) != base  # what the replies depend on does
+
+
+def test_the_pass_rule_stays_out_of_the_item_id() -> None:
+    base = _identity(_arm({}))
+    assert _identity(_arm({"pass_rule": "k_of_n:3/5"})) == base
+    assert _arm({"pass_rule": "majority"}).run.pass_rule == "majority"
+
+
+def test_blank_on_enters_the_item_id_only_when_set() -> None:
+    base = _identity(_arm({}))
+    assert _identity(_arm({}, {"blank_on": ""})) == base
+    assert _identity(_arm({}, {"blank_on": "hard"})) != base
+    assert "blank_on" not in model_identity(_arm({}), profile=Profile.LOCAL)

@@ -62,6 +62,9 @@ def test_the_terminal_report_shows_each_arm_and_stratum(
         "reruns",
         "gave",
         "up",
+        "pass",
+        "rate",
+        "[95%]",
         "verdicts",
     ]
     assert default.split() == [
@@ -78,6 +81,10 @@ def test_the_terminal_report_shows_each_arm_and_stratum(
         "1",
         "0",
         "1",
+        "33.3%",
+        "[6.1,",
+        "79.2]",
+        "(1/3)",
         "1",
         "completed,",
         "1",

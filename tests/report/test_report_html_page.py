@@ -153,7 +153,7 @@ def test_the_page_is_titled_by_the_campaign_spans_the_width_and_opens_on_the_sum
     assert page.sections == list(SECTIONS)
     # Pass rate per arm × stratum, lowest first: other 4/6, demo default 6/7, demo long 4/4.
     assert page.first_cells("summary") == ["other", "demo", "demo"]
-    assert "67%" in text and "86%" in text
+    assert "66.7% [30.0, 90.3] (4/6)" in text and "85.7% [48.7, 97.4] (6/7)" in text
 
 
 def test_the_allocation_comes_from_each_runs_timeline_and_a_damaged_one_is_named(

@@ -99,7 +99,7 @@ def test_the_successor_is_submitted_alike_with_its_dependency_and_the_absolute_d
         renewal=Renewal(until=NOW + _minutes(10), lead_min=2),
     )
     argv = sbatch_argv(job, after="--dependency=after:41+1")
-    assert argv[:3] == ["sbatch", "--parsable", "--partition=gpu"]
+    assert argv[:4] == ["sbatch", "--parsable", "--nodes=1", "--partition=gpu"]
     assert argv[argv.index("--time=3") + 1] == "--dependency=after:41+1"
     tail = argv[argv.index("--arm-file") :]
     assert tail[-6:] == ["--time", "3", "--until", "2026-12-04T12:10:00+00:00", "--renew-lead", "2"]

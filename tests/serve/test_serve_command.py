@@ -109,6 +109,7 @@ def test_the_model_job_is_submitted_with_its_time_signal_requeue_and_no_secret(
     assert sbatch_argv(job) == [
         "sbatch",
         "--parsable",
+        "--nodes=1",
         "--job-name=haico.serve.judge",
         f"--output={logs}/judge.%j.out",
         f"--chdir={logs}",

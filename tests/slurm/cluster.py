@@ -79,10 +79,8 @@ class SlurmCluster:
         key = self.base / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(128))
         key.chmod(0o600)
-        host = socket.gethostname().split(".")[0]
         lines = [
             "ClusterName=haicotest",
-            f"SlurmctldHost={host}(127.0.0.1)",
             f"SlurmctldPort={_free_port()}",
             f"SlurmdPort={_free_port()}",
             "SlurmUser=root",
@@ -110,18 +108,28 @@ class SlurmCluster:
             "SwitchType=switch/none",
             "ReturnToService=2",
             f"StateSaveLocation={self.base / 'state'}",
-            f"SlurmdSpoolDir={self.base / 'spool'}",
             f"SlurmctldPidFile={self.base / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.base / 'run' / 'slurmd.pid'}",
             f"SlurmctldLogFile={self.base / 'log' / 'slurmctld.log'}",
+            *self.topology(),
+        ]
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    def topology(self) -> list[str]:
+        """The controller's host, the slurmd files, the nodes and the partition: one node on
+        loopback."""
+        host = socket.gethostname().split(".")[0]
+        return [
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmdSpoolDir={self.base / 'spool'}",
+            f"SlurmdPidFile={self.base / 'run' / 'slurmd.pid'}",
             f"SlurmdLogFile={self.base / 'log' / 'slurmd.log'}",
             _node_line(),
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP",
         ]
-        self.conf.write_text("\n".join(lines) + "\n")
 
     def start(self, timeout: float = 30.0) -> None:
-        """Write the config and start munged, slurmctld and slurmd; ready when the node is idle."""
+        """Write the config and start munged, slurmctld and the nodes; ready when every node
+        is idle."""
         self.write_config()
         munge = self.base / "munge"
         subprocess.run(
@@ -139,32 +147,37 @@ class SlurmCluster:
         )
         env = {**os.environ, **self.env}
         subprocess.run(["slurmctld"], env=env, check=True, capture_output=True)
-        subprocess.run(["slurmd"], env=env, check=True, capture_output=True)
+        self.start_nodes()
+        self.wait_idle(timeout)
+
+    def start_nodes(self) -> None:
+        subprocess.run(["slurmd"], env={**os.environ, **self.env}, check=True, capture_output=True)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until sinfo shows every node idle; the daemon's log when one died meanwhile."""
         deadline = time.monotonic() + timeout
         while True:
-            state = self.run("sinfo", "-h", "-o", "%T").stdout.strip()
-            if state == "idle":
+            states = self.run("sinfo", "-h", "-N", "-o", "%T").stdout.split()
+            if states and set(states) == {"idle"}:
                 return
-            for daemon in ("slurmctld", "slurmd"):
-                pid = self._pid(daemon)
-                if pid is None or not is_alive(pid):
+            for daemon, pid in self.daemon_pids().items():
+                # No pid file yet is a daemon still starting; the deadline bounds that.
+                if pid is not None and not is_alive(pid):
                     raise RuntimeError(f"{daemon} died at start:\n{self.log_tail(daemon)}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the node is {state!r}, not idle, after {timeout} s")
+                raise RuntimeError(f"the nodes are {states}, not idle, after {timeout} s")
             time.sleep(0.1)
+
+    def daemon_pids(self) -> dict[str, int | None]:
+        """The Slurm daemons by name (slurmctld, then each node's slurmd): their pids."""
+        return {"slurmctld": self._pid("slurmctld"), "slurmd": self._pid("slurmd")}
 
     def stop(self, grace: float = 15.0) -> None:
         """Stop every daemon by its PID file: SIGTERM, then SIGKILL after `grace` seconds."""
-        for daemon in ("slurmd", "slurmctld", "munged"):
-            pid = self._pid(daemon)
-            if pid is None or not is_alive(pid):
-                continue
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while is_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if is_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        pids = self.daemon_pids()
+        for name in (*(name for name in pids if name != "slurmctld"), "slurmctld"):
+            _terminate(pids[name], grace)
+        _terminate(self._pid("munged"), grace)
 
     def run(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         """A Slurm client command against this cluster."""
@@ -232,10 +245,13 @@ class SlurmCluster:
             time.sleep(0.5)
 
     def log_tail(self, daemon: str, lines: int = 20) -> str:
-        path = self.base / "log" / f"{daemon}.log"
+        path = self.log_path(daemon)
         if not path.exists():
             return f"(no {path})"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log_path(self, daemon: str) -> Path:
+        return self.base / "log" / f"{daemon}.log"
 
     def _pid(self, daemon: str) -> int | None:
         path = (
@@ -247,6 +263,18 @@ class SlurmCluster:
             return int(path.read_text().strip())
         except (OSError, ValueError):
             return None
+
+
+def _terminate(pid: int | None, grace: float) -> None:
+    """SIGTERM to `pid`, then SIGKILL after `grace` seconds; nothing if it is not alive."""
+    if pid is None or not is_alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if is_alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _fields(line: str) -> dict[str, str]:

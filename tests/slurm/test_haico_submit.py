@@ -7,110 +7,34 @@ user's scancel held until --include-cancelled."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.polling import wait_for
 from tests.slurm.cluster import SlurmCluster
-
-REPO = Path(__file__).resolve().parents[2]
-SECRET = "sk-haico-test-secret-4711"
-TERMINAL = {"completed", "expectation_failed", "recursion_limit", "blank_turn", "substituted"}
-
-
-@dataclass
-class Project:
-    """A copy of the demo experiments with the batch script, and a results root."""
-
-    root: Path
-    cluster: SlurmCluster
-    env_dumps: Path
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results"
-
-    @property
-    def campaign_dir(self) -> Path:
-        return self.results / "demo"
-
-    def haico(
-        self, *args: str, path: str | None = None, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        """`python -m pytest_haico ...` from the project, as a user's shell runs it: with
-        tokens and an salloc shell's Slurm variables that must not reach the jobs."""
-        env = {
-            **os.environ,
-            **self.cluster.env,
-            "OPENAI_API_KEY": SECRET,
-            "SLURM_MEM_PER_CPU": "7",
-            "PYTEST_HAICO_CONCURRENCY": "1",
-        }
-        if path is not None:
-            env["PATH"] = path
-        return subprocess.run(
-            [sys.executable, "-m", "pytest_haico", *args],
-            cwd=self.root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def journal(self) -> list[dict[str, Any]]:
-        [path] = self.campaign_dir.glob("submissions/*/journal.jsonl")
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def job_ids(self, stage: str) -> list[str]:
-        return [
-            e["job_id"]
-            for e in self.journal()
-            if e["state"] == "SUBMITTED" and f".{stage}." in e["job"]
-        ]
-
-    def records(self) -> list[dict[str, Any]]:
-        return [
-            json.loads(line)
-            for path in sorted((self.campaign_dir / "demo" / "ledger").glob("*.jsonl"))
-            for line in path.read_text().splitlines()
-            if line.strip()
-        ]
+from tests.slurm.project import (
+    SECRET,
+    TERMINAL,
+    Project,
+    end_time_in,
+    make_project,
+    smoke_then_full,
+    terminal_once,
+    work_items,
+)
 
 
 @pytest.fixture
 def project(tmp_path: Path, slurm_cluster: SlurmCluster) -> Project:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "experiments", root / "experiments")
-    (root / "sbatch").mkdir()
-    shutil.copy(REPO / "sbatch" / "campaign.sbatch", root / "sbatch" / "campaign.sbatch")
-    (root / "pyproject.toml").write_text(
-        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
-        'addopts = ["-p", "no:langsmith_plugin"]\n'
-    )
-    dumps = tmp_path / "env"
-    dumps.mkdir()
-    # What each job's pytest sees of its environment.
-    (root / "experiments" / "conftest.py").write_text(
-        "import json, os, pathlib\n\n\n"
-        "def pytest_configure(config):\n"
-        f"    out = pathlib.Path({str(dumps)!r})\n"
-        "    name = os.environ.get('SLURM_JOB_ID', 'none')\n"
-        "    (out / f'{name}.json').write_text(json.dumps(dict(os.environ)))\n"
-    )
-    return Project(root=root, cluster=slurm_cluster, env_dumps=dumps)
+    return make_project(tmp_path, slurm_cluster)
 
 
 def _squeue(cluster: SlurmCluster, *ids: str) -> dict[str, tuple[str, str]]:
@@ -150,7 +74,8 @@ def test_smoke_then_full_after_it_every_item_once_and_no_token_in_any_job(
     assert len(per_item) == 6  # every item of the demo's stratum default
     assert set(per_item.values()) == {1}, "an item ran twice"
     by_job = Counter((r["slurm"]["array_job_id"], r["slurm"]["array_task_id"]) for r in records)
-    assert sum(n for (job, _), n in by_job.items() if job == smoke_id) == 4  # 2 tasks x 2
+    # --limit 2 (the default): 2 items of the stratum in all, one on each of the 2 tasks.
+    assert sum(n for (job, _), n in by_job.items() if job == smoke_id) == 2
     assert {task for job, task in by_job if job == full_id} <= {"0", "1", "2"}
 
     # The allow-listed environment: nothing of the submitting shell's tokens or Slurm
@@ -299,49 +224,14 @@ def test_an_edit_of_the_frozen_inputs_after_submission_is_refused_by_the_digest_
     assert len(project.records()) == before, "an item ran on edited inputs"
 
 
-def _work_items(project: Project, *, count: int, turns: int, latency_ms: int) -> None:
-    """The demo arm, one conversation at a time, over `count` items of stratum `work`."""
-    experiments = project.root / "experiments"
-    for script in (experiments / "scripts").iterdir():
-        script.unlink()
-    (experiments / "scripts" / "work.yaml").write_text(
-        "".join(
-            f"- id: work-{n}\n  stratum: work\n  turns:\n"
-            + "".join(f"    - user: 'Question {k} of task {n}?'\n" for k in range(turns))
-            for n in range(count)
-        )
-    )
-    arm = experiments / "arms" / "demo.toml"
-    text = arm.read_text().replace("latency_ms = 20", f"latency_ms = {latency_ms}")
-    arm.write_text(text.replace("concurrency = 4", "concurrency = 1"))
-
-
-def _smoke_then_full(project: Project, *, tasks: int, time: str) -> str:
-    """A smoke stage of one item per task run to COMPLETED, then the full stage submitted
-    over `tasks` array tasks; the full job's id."""
-    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
-    assert smoke.returncode == 0, smoke.stderr
-    [smoke_id] = project.job_ids("smoke")
-    assert set(project.cluster.wait_ended(smoke_id).values()) == {"COMPLETED"}
-    full = project.haico("submit", "demo", "--stage", "full", "--tasks", str(tasks), "--time", time)
-    assert full.returncode == 0, full.stderr
-    [full_id] = project.job_ids("full")
-    return str(full_id)
-
-
-def _terminal_once(project: Project, count: int) -> None:
-    terminal = Counter(r["item_id"] for r in project.records() if r["verdict"] in TERMINAL)
-    assert len(terminal) == count and set(terminal.values()) == {1}, "an item ran twice or never"
-
-
 def test_until_done_after_a_shard_hit_its_walltime_runs_only_what_it_owes_to_the_end(
     project: Project,
 ) -> None:
     # Eight items of three turns at 5 s a completion, one conversation at a time: after a
     # smoke of two, the busier of two full tasks holds at least three (45 s of work), so
     # it is still running at the controller's next time-limit check (at most 30 s away).
-    _work_items(project, count=8, turns=3, latency_ms=5000)
-    full_id = _smoke_then_full(project, tasks=2, time="20")
+    work_items(project, count=8, turns=3, latency_ms=5000)
+    full_id = smoke_then_full(project, tasks=2, time="20")
 
     def to_run() -> dict[int, int] | None:
         counts = {}
@@ -407,7 +297,7 @@ def test_until_done_after_a_shard_hit_its_walltime_runs_only_what_it_owes_to_the
     assert len(owed) == 8 - len(done_before)
 
     records = project.records()
-    _terminal_once(project, 8)
+    terminal_once(project, 8)
     terminal = {r["item_id"] for r in records if r["verdict"] in TERMINAL}
     rerun = {
         r["item_id"]
@@ -420,8 +310,8 @@ def test_until_done_after_a_shard_hit_its_walltime_runs_only_what_it_owes_to_the
 def test_a_users_scancel_is_not_rerun_until_asked_and_then_only_what_it_owes(
     project: Project,
 ) -> None:
-    _work_items(project, count=6, turns=2, latency_ms=2000)
-    full_id = _smoke_then_full(project, tasks=1, time="10")
+    work_items(project, count=6, turns=2, latency_ms=2000)
+    full_id = smoke_then_full(project, tasks=1, time="10")
 
     def ran_one() -> bool:
         return any(r["slurm"]["array_job_id"] == full_id for r in project.records())
@@ -449,11 +339,6 @@ def test_a_users_scancel_is_not_rerun_until_asked_and_then_only_what_it_owes(
     assert "rerun (round 2): cancelled, and --include-cancelled reruns it" in rerun.stdout
     [cont_id] = project.job_ids("continue-1")
     assert set(project.cluster.wait_ended(cont_id).values()) == {"COMPLETED"}
-    _terminal_once(project, 6)
+    terminal_once(project, 6)
     done = project.haico("continue", "demo")
     assert done.returncode == 0 and "nothing to continue" in done.stdout, done.stdout
-
-
-def end_time_in(seconds: float) -> str:
-    """An `scontrol update EndTime=` value at least `seconds` from now (whole seconds)."""
-    return datetime.fromtimestamp(math.ceil(time.time() + seconds)).isoformat(timespec="seconds")

@@ -268,3 +268,24 @@ def test_judge_answers_yes_when_the_answer_has_what_the_question_quotes(
     no = message_of(chat(base_url, user(prompt + "Crete, in a week.")))
     assert (yes["content"], no["content"]) == ("Yes.", "No.")
     assert not yes.get("tool_calls")
+
+
+@pytest.mark.parametrize("persona", [Persona.HELPFUL, Persona.LOOPER, Persona.BAD_ARGS])
+def test_blank_on_answers_blank_in_the_conversations_it_matches_whatever_the_persona(
+    persona: Persona,
+) -> None:
+    import re
+
+    from pytest_haico.standins.openai_wire import Reply
+
+    pattern = re.compile(r"\bhard\b")
+    matching = [{"role": "user", "content": "A hard one: write it up as a document."}]
+    later = [*matching, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    other = [{"role": "user", "content": "An easy one: write it up as a document."}]
+    for messages, blank in ((matching, True), (later, True), (other, False)):
+        request = ChatRequest.model_validate({"messages": messages, "tools": TOOLS})
+        plan = plan_completion(request, persona=persona, seed=0, latency_ms=0, blank_on=pattern)
+        assert (plan.outcome == Reply("")) is blank
+    named = ChatRequest.model_validate({"messages": matching, "tools": TOOLS, "tool_choice": NAMED})
+    guided = plan_completion(named, persona=persona, seed=0, latency_ms=0, blank_on=pattern)
+    assert isinstance(guided.outcome, Reply) and guided.outcome.tool_calls  # guided: valid call

@@ -140,9 +140,9 @@ class Campaign:
         document = {"values": {"NODE": node}}
         (self.run_dir(fragment, task) / "run-config.json").write_text(json.dumps(document))
 
-    def smoke_long(self) -> str:
+    def smoke_long(self, *options: str) -> str:
         """The smoke stage of stratum long submitted, its task 0 finished; its job id."""
-        done = self.haico("submit", "demo", "--stage", "smoke", "--stratum", "long")
+        done = self.haico("submit", "demo", "--stage", "smoke", "--stratum", "long", *options)
         assert done.returncode == 0, done.stderr
         self.finish(".smoke.demo.long", 0)
         return str(self.job(".smoke.demo.long").job_id)

@@ -69,7 +69,7 @@ def test_one_line_per_share_says_its_end_what_it_owes_and_what_continue_does_abo
     matches(
         done.stdout,
         [
-            "haico: smoke demo.default task 0 (job *_0): COMPLETED 0:0, nothing owed of 2 "
+            "haico: smoke demo.default task 0 (job *_0): COMPLETED 0:0, nothing owed of 1 "
             "items: done",
             f"haico: full demo.default task 0 (job {full_default}_0): TIMEOUT 0:0, "
             f"{len(owed_0)} of {len(default_0)} items owed (1 interrupted*): rerun (round 2): "
@@ -122,8 +122,8 @@ def test_nothing_to_continue_only_when_nothing_is_owed_and_nothing_runs(
     matches(
         odd.stdout,
         [
-            "*task 1 (job *_1): COMPLETED 0:0, 2 of 2 items owed *: terminal: "
-            "inconsistent: it ended COMPLETED, yet 2 of its items have no "
+            "*task 1 (job *_1): COMPLETED 0:0, 1 of 1 items owed *: terminal: "
+            "inconsistent: it ended COMPLETED, yet 1 of its items have no "
             "terminal record*"
         ],
     )
@@ -132,7 +132,7 @@ def test_nothing_to_continue_only_when_nothing_is_owed_and_nothing_runs(
     done = campaign.haico("continue", "demo")
     assert done.returncode == 0
     matches(
-        done.stdout, ["haico: nothing to continue: every share of submission * is done (4 items)"]
+        done.stdout, ["haico: nothing to continue: every share of submission * is done (2 items)"]
     )
 
 
@@ -225,7 +225,7 @@ def test_an_emptied_journal_adopts_the_jobs_slurm_has_by_name_and_submits_none_a
 def test_a_share_that_records_nothing_max_rounds_times_in_a_row_stops_and_progress_resets_it(
     campaign: Campaign,
 ) -> None:
-    campaign.slurm.end(campaign.smoke_long(), 1, "TIMEOUT")
+    campaign.slurm.end(campaign.smoke_long("--limit", "4"), 1, "TIMEOUT")  # 2 items a task
     rounds = ("--max-rounds", "2")
     assert campaign.haico("continue", "demo", *rounds).returncode == 0
     # The first rerun finishes one item before its walltime: progress, counting starts again.

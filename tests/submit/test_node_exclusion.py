@@ -56,7 +56,7 @@ def test_failures_clustered_on_one_node_rerun_those_shares_excluding_it(
             "(round 2): exit 75: drained, or items owed a retry; node hn2 excluded (2 attempts "
             "failed there)",
             f"haico: the reruns exclude node(s) hn2 (2 attempts failed there ({full}_0: "
-            f"NODE_FAIL; {full}_1.1: 1 of its 1 records infrastructure failures), 2 recorded "
+            f"NODE_FAIL; {full}_1.1: 2 of its 2 records infrastructure failures), 2 recorded "
             "items on other nodes)",
             "# *.continue-1.demo.default: *",
             "*--exclude=hn2*",

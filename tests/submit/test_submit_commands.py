@@ -98,6 +98,7 @@ def test_sbatch_sees_only_the_allow_listed_environment_and_the_job_gets_haicos_s
     assert export.startswith(f"--export=ALL,HAICO_PYTHON={sys.executable},")
     assert "HAICO_INPUTS_DIGEST=sha256:" in export and "HAICO_SHARD_COUNT=2" in export
     assert "--array=0-1" in argv and "--haico-limit-per-stratum=2" in argv
+    assert "--nodes=1" in argv  # over whatever the batch script asks
     states = [(e["job"], e["state"]) for e in _journal(project)]
     assert [s for _, s in states] == ["PREPARED", "SUBMITTING", "SUBMITTED"] * 2
     assert "job 4242" in done.stdout and "job 4243" in done.stdout
@@ -122,6 +123,19 @@ def test_a_dry_run_prints_each_sbatch_command_line_and_writes_nothing(
     assert words[:2] == ["sbatch", "--parsable"] and words[-1].endswith("/experiments")
     assert not (project / "results").exists()
     assert list((tmp_path / "calls").iterdir()) == []
+
+
+def test_a_smoke_stage_queues_no_more_tasks_than_its_limit_has_items(
+    project: Path, slurm_bin: Path
+) -> None:
+    smoke = _haico(
+        project, "submit", "demo", "--stage", "smoke", "--limit", "1", "--dry-run", path=slurm_bin
+    )
+    assert smoke.returncode == 0, smoke.stderr
+    commands = _commands(smoke.stdout)
+    assert len(commands) == 2
+    # One item of each stratum in all: one task each, not a second task with nothing to do.
+    assert all("--array=0 " in c.replace("\\\n", " ") for c in commands), commands
 
 
 def _commands(stdout: str) -> list[str]:

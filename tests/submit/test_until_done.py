@@ -47,7 +47,7 @@ def test_it_backs_off_while_nothing_changes_and_ends_0_once_every_share_is_done(
         "\n".join(lines),
         [
             "haico: round 1 at *",
-            "*smoke demo.long task 0 (job *_0): PENDING 0:0, 2 of 2 items owed *: pending, "
+            "*smoke demo.long task 0 (job *_0): PENDING 0:0, 1 of 1 items owed *: pending, "
             "not resubmitted",
             "haico: next round in 1 min (2 share(s) not done, pending or running)",
             "haico: round 2 at *",
