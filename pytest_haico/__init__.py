@@ -22,9 +22,9 @@ and may import, which `tests/test_architecture.py` enforces:
     standins/    the local profile's model server and backend, reached over HTTP only
 
 The shared helpers may be imported by every part, the stand-ins included: `errors` and the
-bottom layer (`redact`, `files`, `procfs`, `durations`, `locks`, `httpclient`), which
-imports nothing of the package but `errors` and itself. No other core module imports a
-stand-in, and the stand-ins import nothing else of the core.
+bottom layer (`redact`, `files`, `procfs`, `durations`, `stamps`, `percentiles`, `locks`,
+`httpclient`), which imports nothing of the package but `errors` and itself. No other core
+module imports a stand-in, and the stand-ins import nothing else of the core.
 
 The public names below load on first use, so that `import pytest_haico` (which every
 pytest start does, through the plugin's entry point) stays cheap.
@@ -45,12 +45,12 @@ from pytest_haico.errors import (
 )
 
 if TYPE_CHECKING:
+    __version__: str
     from pytest_haico.config.items import ItemSpec
     from pytest_haico.ledger.verdicts import Outcome, Verdict
     from pytest_haico.runner.arm_run import HaicoStack
     from pytest_haico.runner.finished import Conversation
 
-__version__ = "0.1.0"
 
 # When this process loaded pytest-haico: a pytest process does at its start, through the
 # plugin's entry point (`ledger.timeline.process_started_at` falls back on it).
@@ -80,9 +80,23 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = value = _installed_version()
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_haico' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def _installed_version() -> str:
+    """The installed distribution's version: pyproject.toml's, the one place it is written
+    (importlib.metadata costs 40 ms to import: only a caller that asks pays it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pytest-haico")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"

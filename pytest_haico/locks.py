@@ -22,11 +22,11 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_haico.errors import HaicoError
 from pytest_haico.files import ownership_problem
+from pytest_haico.stamps import utc_iso
 
 # Long enough for another command's few squeue and sbatch calls on a busy controller; short
 # enough that a user at a terminal is told who holds it rather than left waiting.
@@ -69,7 +69,7 @@ def holding(
         if local is not None:
             raise LockError(f"cannot lock {path} of {what} safely: {local}")
         _acquire(fd, path, what=what, wait_s=wait_s, say=say)
-        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = utc_iso()
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({**holder, "since": since}).encode() + b"\n", 0)

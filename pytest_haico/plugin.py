@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Generator
 from types import ModuleType
 
 import pytest
 
 from pytest_haico.campaign.early_signals import hold_signals, take_held
-from pytest_haico.config.options import add_options
+from pytest_haico.config.options import add_options, describe_unknown_options
 
 CAMPAIGN_PLUGIN = "haico-campaign"
 NO_CAMPAIGN_PLUGIN = "haico-no-campaign"
@@ -86,9 +87,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(parser: pytest.Parser) -> None:
-    """pytest-asyncio's fixture loop scope defaults to "function", its announced default.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(
+    parser: pytest.Parser, args: list[str]
+) -> Generator[None, None, None]:
+    """pytest-asyncio's fixture loop scope defaults to "function", its announced default;
+    a misspelled `--haico-*` option is refused with the nearest one.
 
     Unset, pytest-asyncio warns at every start; an ini file's value still wins. Every
     plugin's `pytest_addoption` has run by now, so this registration is the last.
@@ -99,6 +103,13 @@ def pytest_load_initial_conftests(parser: pytest.Parser) -> None:
         help="default scope of the asyncio event loop used to execute async fixtures",
         default="function",
     )
+    yield
+    # The initial conftests' options are known now; pytest refuses an unknown word next,
+    # with only "unrecognized arguments".
+    _, unknown = parser.parse_known_and_unknown_args(args)
+    message = describe_unknown_options(unknown)
+    if message is not None:
+        raise pytest.UsageError(message)
 
 
 @pytest.hookimpl(trylast=True)

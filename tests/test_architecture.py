@@ -12,9 +12,19 @@ import pytest_haico
 
 PACKAGE = Path(pytest_haico.__file__).parent
 # The bottom layer: helpers for the outside world every part shares (the redaction filter,
-# files, /proc, durations as text, locks, HTTP clients). They import nothing of the package
-# but `errors` and each other (`locks` checks its file as `files` does).
-BOTTOM = {"redact", "files", "procfs", "durations", "locks", "httpclient"}
+# files, /proc, durations as text, UTC stamps, percentiles, locks, HTTP clients). They
+# import nothing of the package but `errors` and each other (`locks` checks its file as
+# `files` does).
+BOTTOM = {
+    "redact",
+    "files",
+    "procfs",
+    "durations",
+    "stamps",
+    "percentiles",
+    "locks",
+    "httpclient",
+}
 SHARED = {"pytest_haico", "pytest_haico.errors", *(f"pytest_haico.{name}" for name in BOTTOM)}
 
 # part -> the parts it may import (besides itself and the shared helpers)
@@ -26,17 +36,18 @@ ALLOWED: dict[str, set[str]] = {
     "slurm": {"config"},
     # Gate gpu_check runs the cluster's GPU check (`site`).
     "gates": {"config", "ledger", "site", "slurm"},
-    "provenance": {"config", "stack", "slurm"},
+    "provenance": {"config", "stack", "slurm", "ledger.layout"},
     "runner": {"config", "ledger", "driver", "stack", "provenance", "gates", "slurm", "serve"},
     "campaign": {"config", "ledger", "driver", "stack", "runner", "provenance", "gates", "slurm"},
     # The public results API (`pytest_haico.results`, a package): what the report, the
     # cost model and the command line read campaigns with. It reads the ledgers through
     # the ledger's format (neither imports pydantic: the report's start-up depends on it).
-    "results": {"config", "ledger.format", "ledger.verdicts"},
+    "results": {"config", "ledger.format", "ledger.layout", "ledger.verdicts"},
     # It reads each run's timeline.json and model-metrics.csv through their owners.
     "report": {
         "config",
         "ledger.format",
+        "ledger.layout",
         "ledger.verdicts",
         "ledger.timeline",
         "ledger.model_metrics",
@@ -50,7 +61,7 @@ ALLOWED: dict[str, set[str]] = {
     "site": {"config", "slurm"},
     "serve": {"config", "ledger", "stack", "provenance", "slurm"},
     # Two runs of a backend developer's builds on one kept stack's model, compared.
-    "validate": {"config", "results", "report", "stack", "kept"},
+    "validate": {"config", "ledger.layout", "results", "report", "stack", "kept"},
     "cli": {
         "config",
         "ledger",

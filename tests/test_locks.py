@@ -87,7 +87,7 @@ def test_the_holder_is_written_into_the_lock_and_a_second_holder_after_it_goes_a
         assert holder["pid"] == os.getpid()
         assert holder["command"] == "env"
         assert holder["host"] == socket.gethostname()
-        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", holder["since"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", holder["since"])
     with holding(path, what="haico env", command="env", wait_s=0):
         pass
 

@@ -60,11 +60,16 @@ def check_rootdir(config: pytest.Config) -> None:
     if config.option.rootdir and found == bare.path:
         return  # --rootdir given: only the configuration file could have moved
     flag, value = words[0]
+    moved = []
+    if config.rootpath != bare.rootdir:
+        moved.append(f"the rootdir {config.rootpath} instead of {bare.rootdir}")
+    if found != bare.path:
+        moved.append(f"the configuration {found or 'none'} instead of {bare.path or 'none'}")
+    # The fix first: the rest is why, for whoever wonders.
     raise pytest.UsageError(
-        f"haico: pytest read {value}, the value of {flag}, as a test path (it looks for its "
-        f"rootdir and configuration before haico's options are known), so its rootdir is "
-        f"{config.rootpath} and its configuration {found or 'none'}, where a bare pytest "
-        f"here has {bare.rootdir} and {bare.path or 'none'}: write {flag}={value}"
+        f"haico: write {flag}={value} (with '='): pytest read the next word, {value}, as a "
+        f"test path before haico's options were known, and took {' and '.join(moved)} "
+        "from it"
     )
 
 

@@ -6,6 +6,7 @@ everything under --tb=long, --tb=native or --full-trace (pytest's whole tracebac
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,10 +78,35 @@ def compact_failure(
         if shown not in explanation and str(transcript) not in explanation:
             lines.append(f"transcript: {shown}")
     path, lineno = item.location[0], (item.location[1] or 0) + 1
-    # The short summary line ends on the verdict alone (on CI pytest would print the whole
-    # message there: the explanation twice); --tb=line shows the headline.
-    headline = lines[0] if config.option.tbstyle == "line" else verdict or call.excinfo.typename
+    # --tb=line shows the headline. The short summary's word carries the verdict (see
+    # `with_verdict`: pytest cuts the message to the terminal's width, never the word), and
+    # its message says no more than how far the conversation got: the reason is above, once.
+    headline = lines[0]
+    if config.option.tbstyle != "line":
+        headline = _how_far(headline, verdict) or call.excinfo.typename
     report.longrepr = CompactFailure(tuple(lines), Crash(path, lineno, headline))  # type: ignore[assignment]
+
+
+def with_verdict(status: object, verdict: str) -> object:
+    """pytest's test status (category, letter, word) with the verdict after the word:
+    `FAILED recursion_limit` in the short summary and under -v. A blank word (pytest prints
+    nothing for the test) stays blank."""
+    if not (isinstance(status, tuple) and len(status) == 3):
+        return status
+    category, letter, word = status
+    if isinstance(word, tuple) and len(word) == 2 and isinstance(word[0], str) and word[0]:
+        return category, letter, (f"{word[0]} {verdict}", word[1])
+    if isinstance(word, str) and word:
+        return category, letter, f"{word} {verdict}"
+    return status
+
+
+def _how_far(headline: str, verdict: str | None) -> str | None:
+    """`after 2 turn(s)` from an explanation's headline, when it is the verdict's."""
+    if verdict is None:
+        return None
+    found = re.search(rf"(?:^|: ){re.escape(verdict)} (after \d+ turn\(s\))", headline)
+    return found[1] if found else None
 
 
 def _explanation(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:

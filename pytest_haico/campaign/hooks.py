@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.campaign.checks import XDIST_MESSAGE
-from pytest_haico.campaign.failures import compact_failure
+from pytest_haico.campaign.failures import compact_failure, with_verdict
 from pytest_haico.campaign.job_exit import write_run_items
 from pytest_haico.campaign.selection import Selection, Selector
 from pytest_haico.campaign.signals import SessionSignals
@@ -69,6 +69,7 @@ class CampaignPlugin:
         self.interrupted = False
         self._items: list[pytest.Item] = []
         self._reported: set[str] = set()  # nodeids in pytest's own counts
+        self._failed_verdicts: dict[str, str] = {}  # nodeid -> the verdict of its failure
 
     # -- collection ---------------------------------------------------------------------
 
@@ -246,15 +247,23 @@ class CampaignPlugin:
             return report
         if state.recorded is None:
             self._record_report(item, call, report, state)
+        verdict = state.recorded.value if state.recorded is not None else None
+        # A user's own assertion on a completed conversation is a failure, not a verdict.
+        if report.failed and report.when != "teardown" and verdict not in (None, "completed"):
+            self._failed_verdicts[item.nodeid] = verdict
         if report.failed and not isinstance(report.longrepr, str):  # a ledger failure's is
-            compact_failure(
-                item,
-                call,
-                report,
-                verdict=state.recorded.value if state.recorded is not None else None,
-                transcript=self._transcript(state),
-            )
+            compact_failure(item, call, report, verdict=verdict, transcript=self._transcript(state))
         return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport
+    ) -> Generator[None, object, object]:
+        status = yield
+        verdict = self._failed_verdicts.get(report.nodeid)
+        if verdict is None or not report.failed or report.when == "teardown":
+            return status
+        return with_verdict(status, verdict)
 
     def _record_report(
         self,

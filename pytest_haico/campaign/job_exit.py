@@ -21,8 +21,8 @@ from pathlib import Path
 from pytest_haico.errors import UntrustedFileError
 from pytest_haico.files import PRIVATE_FILE_MODE, read_owned_file, write_atomic
 from pytest_haico.ledger.format import UnreadableLedgerError, iter_ledger
+from pytest_haico.ledger.layout import run_dir_of_ledger
 from pytest_haico.ledger.resume import ResumeIndex
-from pytest_haico.ledger.rundir import run_dir_of_ledger
 from pytest_haico.provenance.dumps import remove_partial_dumps, run_dumps_dir
 
 RUN_ITEMS_ENV = "HAICO_RUN_ITEMS"

@@ -209,6 +209,12 @@ class ProgressPlugin:
             return
         self.log.line(f"haico: {arm} stack healthy in {took}{self._ready(arm)}")
 
+    def stack_interrupted(self, arm: str, *, seconds: float) -> None:
+        # No line: the session ends at once, on pytest's line saying so.
+        with self._lock:
+            self._resume()
+            self._arms_left.discard(arm)
+
     def stack_stopped(self, arm: str, *, seconds: float | None) -> None:
         with self._lock:
             if arm not in self._up:
@@ -236,7 +242,7 @@ class ProgressPlugin:
         # Once the run stops admitting (a drain, the walltime, a breaker, SIGTERM) what is
         # left will not run in this job: no time left to tell.
         runs = self.sessions
-        stopping = any((runs.drain, runs.admission_stop, runs.emergency, runs.stop_reason))
+        stopping = runs.stops.stopped_short
         took = format_duration(record.duration_s, "log")
         left = "stopping" if stopping else f"ETA {format_duration(eta, 'log')}"
         self.log.line(

@@ -105,7 +105,10 @@ class SessionSignals:
         its source and arguments (half a second on an idle node), and SIGKILL follows
         after KillWait; only that last entry is ever printed without --fulltrace."""
         drop_lineless_entries(excinfo.value)
-        if isinstance(excinfo.value, TerminatedError):
+        # A SIGTERM during a stack's start ends the session as an `Interrupted` caused by it.
+        if isinstance(excinfo.value, TerminatedError) or isinstance(
+            excinfo.value.__cause__, TerminatedError
+        ):
             keep_crash_entry(excinfo.value)
 
     def pytest_unconfigure(self) -> None:
@@ -160,11 +163,11 @@ class SessionSignals:
         self._interrupt(KeyboardInterrupt())
 
     def _usr1(self, signum: int, frame: FrameType | None) -> None:
-        if self.sessions.tearing_down and self.sessions.drain is None:
+        if self.sessions.tearing_down and self.sessions.stops.drain is None:
             return  # every item ran: the run is finishing anyway
-        again = self.sessions.drain is not None
+        again = self.sessions.stops.drain is not None
         self.sessions.begin_drain("SIGUSR1: draining", self.drain_timeout_s)
-        drain = self.sessions.drain
+        drain = self.sessions.stops.drain
         if again:
             self._say(
                 "SIGUSR1 again: the drain ends now; what is in flight is recorded interrupted"
@@ -176,7 +179,7 @@ class SessionSignals:
                 "ends the drain at once)"
             )
         if self.sessions.starting:
-            self._interrupt(DrainedAtStartError("SIGUSR1 while the stack was starting"))
+            self._interrupt(DrainedAtStartError("SIGUSR1"))
 
     def _term(self, signum: int, frame: FrameType | None) -> None:
         first = not self.terminated

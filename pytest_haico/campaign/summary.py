@@ -12,13 +12,12 @@ import pytest
 
 from pytest_haico.config.settings import ExitMode
 from pytest_haico.gates.result import first_failure, render_table
-from pytest_haico.gates.static import WALLTIME
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.arm_runs import ArmRuns
+from pytest_haico.runner.stopping import EXIT_RESUBMIT, EXIT_STACK_FAILED, StopKind, Stops
 
-EXIT_RESUBMIT = 75
-EXIT_STACK_FAILED = 78
+__all__ = ["EXIT_RESUBMIT", "EXIT_STACK_FAILED", "exit_status", "write_stop_line", "write_summary"]
 
 
 def write_summary(
@@ -31,30 +30,16 @@ def write_summary(
     """The gates' tables (--haico-gates-only); why the run stopped, if it stopped short; per
     arm: this run's verdicts and paths."""
     verdicts = recorder.verdicts
-    ledger_failure = _ledger_failure(recorder, sessions)
+    stops = sessions.stops
+    ledger_failure = _ledger_failure(recorder, stops)
     gated = sessions.settings.gates_only and bool(sessions.gate_logs)
-    quiet = not (_stopped_short(sessions) or ledger_failure or sessions.stack_failure or gated)
-    if not verdicts and quiet:
+    if not verdicts and stops.first is None and not (ledger_failure or gated):
         return
     attempts = list(attempts)
     terminal.section("haico")
     if gated:
         _write_gate_tables(terminal, sessions)
-    if sessions.stack_failure and _short_of_time(sessions):
-        terminal.write_line(
-            f"too little time left (exit {EXIT_RESUBMIT}: a cost shortfall, the inputs are "
-            f"fine): {sessions.stack_failure}",
-            red=True,
-        )
-    elif sessions.stack_failure:
-        what = "gate failed" if sessions.failed_gate else "stack failed"
-        terminal.write_line(
-            f"{what} (exit {EXIT_STACK_FAILED}): {sessions.stack_failure}", red=True
-        )
-    for reason in (sessions.stop_reason, ledger_failure):
-        if reason:
-            terminal.write_line(f"stopped (exit {EXIT_RESUBMIT}): {reason}", red=True)
-    for line in _early_end_lines(sessions, attempts):
+    for line in _stop_lines(sessions, attempts, ledger_failure=ledger_failure):
         terminal.write_line(line, red=True)
     ledgers = recorder.ledger_paths()
     unreported = Counter(
@@ -86,6 +71,9 @@ def write_summary(
             terminal.write_line(f"  {line}")
         if sessions.kept is not None:
             terminal.write_line(f"  kept stack:  {sessions.kept.directory} (its logs and dumps)")
+        served = sessions.served_model(arm)
+        if served is not None:
+            terminal.write_line(f"  model:       the served model {served}")
         if run is not None and run.dump_failure:
             terminal.write_line(f"  {run.dump_failure}", red=True)
         for change in run.provenance_changes if run is not None else ():
@@ -111,9 +99,10 @@ def exit_status(
     """The session's exit code, given pytest's `status` and what the campaign saw."""
     # In both exit modes: a gate failed or the stack is bad (78), or the run stopped short
     # or had too little time for one item (75).
-    if sessions.stack_failure is not None:
-        return EXIT_RESUBMIT if _short_of_time(sessions) else EXIT_STACK_FAILED
-    if _stopped_short(sessions) or recorder.write_failure is not None:
+    first = sessions.stops.first
+    if first is not None:
+        return first.exit_code
+    if recorder.write_failure is not None:
         return EXIT_RESUBMIT
     gates_passed = sessions.settings.gates_only and bool(sessions.gate_logs) and not interrupted
     if gates_passed and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -146,65 +135,72 @@ def _write_gate_tables(terminal: pytest.TerminalReporter, sessions: ArmRuns) -> 
             terminal.write_line(f"  {line}")
 
 
-def _early_end_lines(sessions: ArmRuns, attempts: list[ItemAttempt]) -> list[str]:
-    """What a drain, the walltime or SIGTERM did to the items of this run."""
+def _stop_lines(
+    sessions: ArmRuns, attempts: list[ItemAttempt], *, ledger_failure: str | None
+) -> list[str]:
+    """Why the runs stopped short, one line per cause in precedence order (`Stops`), with
+    what a drain, the walltime or SIGTERM did to this run's items."""
     interrupted = sum(1 for state in attempts if state.recorded is Verdict.INTERRUPTED)
     not_started = sum(1 for state in attempts if state.recorded is None)
     tally = f"{interrupted} recorded interrupted, {not_started} not started"
-    lines = []
-    if sessions.emergency is not None:
-        periodic = any(
-            path.name.startswith("periodic-")
-            for run in sessions.runs.values()
-            if run.dumps is not None
-            for path in run.dumps.written
-        )
-        newest = " (the newest periodic dump is the last)" if periodic else ""
-        lines.append(
-            f"terminated (exit {EXIT_RESUBMIT}): {sessions.emergency}; {tally}; "
-            f"no final dump{newest}"
-        )
-    drain = sessions.drain
-    if drain is not None:
-        if drain.ended_early:
-            how = "ended early by a second USR1"
-        elif sessions.emergency is not None:
-            how = "cut short by SIGTERM"
-        else:
-            how = "then cancelled"
-        lines.append(
-            f"drained (exit {EXIT_RESUBMIT}): {drain.reason}: {drain.in_flight} conversation(s) "
-            f"in flight were given --haico-drain-timeout {drain.timeout_s:g} s, {how}; {tally}"
-        )
-    if sessions.admission_stop is not None:
-        lines.append(
-            f"stopped admitting (exit {EXIT_RESUBMIT}): {sessions.admission_stop}; {tally}"
-        )
-    return lines
+    stops = sessions.stops
+    # A record the report hook could not write stops the run too: its line goes with the
+    # runner's own `stopped` line, after a failed start's, before a signal's.
+    ledger = [f"stopped (exit {EXIT_RESUBMIT}): {ledger_failure}"] if ledger_failure else []
+    lines: list[str] = []
+    for cause in stops:
+        kind, code = cause.kind, cause.exit_code
+        if ledger and _after_stopped(kind):
+            lines, ledger = [*lines, *ledger], []
+        if kind is StopKind.SHORT_OF_TIME:
+            lines.append(
+                f"{kind.value} (exit {code}: a cost shortfall, the inputs are fine): {cause.reason}"
+            )
+        elif kind.failed_start or kind is StopKind.STOPPED:
+            lines.append(f"{kind.value} (exit {code}): {cause.reason}")
+        elif kind is StopKind.TERMINATED:
+            lines.append(
+                f"{kind.value} (exit {code}): {cause.reason}; {tally}; no final dump"
+                f"{_newest_periodic(sessions)}"
+            )
+        elif kind is StopKind.DRAINED and cause.drain is not None:
+            drain = cause.drain
+            if drain.ended_early:
+                how = "ended early by a second USR1"
+            elif stops.get(StopKind.TERMINATED) is not None:
+                how = "cut short by SIGTERM"
+            else:
+                how = "then cancelled"
+            lines.append(
+                f"{kind.value} (exit {code}): {cause.reason}: {drain.in_flight} "
+                f"conversation(s) in flight were given --haico-drain-timeout "
+                f"{drain.timeout_s:g} s, {how}; {tally}"
+            )
+        elif kind is StopKind.NOT_ADMITTING:
+            lines.append(f"{kind.value} (exit {code}): {cause.reason}; {tally}")
+    return [*lines, *ledger]
 
 
-def _short_of_time(sessions: ArmRuns) -> bool:
-    """The walltime gate refused: the allocation has less time left than one item costs."""
-    return sessions.failed_gate == WALLTIME
+def _after_stopped(kind: StopKind) -> bool:
+    order = list(StopKind)
+    return order.index(kind) > order.index(StopKind.STOPPED)
 
 
-def _stopped_short(sessions: ArmRuns) -> bool:
-    """A breaker, a dead service, a drain, the walltime or SIGTERM ended the run early."""
-    return any(
-        reason is not None
-        for reason in (
-            sessions.stop_reason,
-            sessions.drain,
-            sessions.admission_stop,
-            sessions.emergency,
-        )
+def _newest_periodic(sessions: ArmRuns) -> str:
+    """What survives a SIGTERM's skipped final dump, when a periodic dump was written."""
+    periodic = any(
+        path.name.startswith("periodic-")
+        for run in sessions.runs.values()
+        if run.dumps is not None
+        for path in run.dumps.written
     )
+    return " (the newest periodic dump is the last)" if periodic else ""
 
 
-def _ledger_failure(recorder: Recorder, sessions: ArmRuns) -> str | None:
+def _ledger_failure(recorder: Recorder, stops: Stops) -> str | None:
     """Why a record could not be written, unless the runner stopped the run on it."""
     failure = recorder.write_failure
-    if failure is None or str(failure) == sessions.stop_reason:
+    if failure is None or str(failure) == stops.reason(StopKind.STOPPED):
         return None
     return str(failure)
 

@@ -12,6 +12,7 @@
     haico env [--venv-only | --images-only] [--arm A] [--dry-run]
     haico gpu-check [--here] [--arm A | --gpus N] [--full] [--min-tflops X] [--dry-run]
     haico serve <arm> [--name NAME] [--time T [--until D]] | --list | status NAME | stop NAME
+    haico --version
 
 One module per command parses its arguments and prints; the work is done by the parts
 below the command line. Every error is one line on stderr and exit 2; nothing here prints
@@ -24,7 +25,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pytest_haico.cli import (
     compare,
@@ -78,11 +79,25 @@ def _parser() -> argparse.ArgumentParser:
         prog="haico",
         description="Campaign operations for pytest-haico: cost, staged submission, continuation.",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     every = (cost, submit, report, compare, show, validate, init, stack, env, gpu_check, serve)
     for command in every:
         command.add_parser(commands)
     return parser
+
+
+class _Version(argparse.Action):
+    """`haico --version`: the installed pytest-haico's, read only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        import pytest_haico
+
+        print(f"haico (pytest-haico) {pytest_haico.__version__}")
+        parser.exit()
 
 
 if __name__ == "__main__":

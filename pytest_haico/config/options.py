@@ -3,6 +3,8 @@ ini key)."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -157,3 +159,39 @@ def add_options(parser: pytest.Parser) -> None:
                 option.cli, default=None, dest=option.dest, metavar=option.metavar, help=option.help
             )
             parser.addini(option.dest, option.help, type="string", default=None)
+
+
+def describe_unknown_options(unknown: Iterable[str]) -> str | None:
+    """The refusal of a `--haico-*` word that names no option (`--haico-limt=2`), with the
+    nearest of the plugin's options; None when every word is known (pytest refuses the
+    other unknown words its own way)."""
+    known = {option.cli for option in OPTIONS}
+    for word in unknown:
+        name = word.split("=", 1)[0]
+        if not name.startswith("--haico-") or name in known:
+            continue
+        close = nearest_option(name)
+        hint = f"did you mean {close}?" if close else "no haico option is close to it;"
+        return (
+            f"haico: unrecognized option {name}: {hint} `pytest --help` lists the haico "
+            "options under 'pytest-haico'"
+        )
+    return None
+
+
+def nearest_option(name: str) -> str | None:
+    """The option a misspelled `--haico-*` name most likely meant: its noun against each
+    option's noun, and against as many of that noun's first words (`--haico-limt` is
+    `--haico-limit-per-stratum` cut short and misspelled)."""
+    typed = name.removeprefix("--haico-")
+    words = typed.count("-") + 1
+    scored = []
+    for option in OPTIONS:
+        noun = option.noun.replace("_", "-")
+        head = "-".join(noun.split("-")[:words])
+        whole = difflib.SequenceMatcher(None, typed, noun).ratio()
+        cut = difflib.SequenceMatcher(None, typed, head).ratio()
+        # A tie on the first words goes to the option that is those words alone.
+        scored.append((max(whole, cut), whole, option.cli))
+    score, _, best = max(scored)
+    return best if score >= 0.6 else None  # difflib's own cutoff for a close match

@@ -35,6 +35,7 @@ from pytest_haico.stack.kept import (
     stacks_dir,
     state_path,
 )
+from pytest_haico.stamps import utc_name
 
 Say = Callable[[str], None]
 # The logger whose lines of the supervisor's log `up` shows: each service spawned, waited
@@ -125,7 +126,7 @@ def _start_supervisor(
 ) -> int:
     """Start the supervisor with `request` and wait for its answer (under the arm's lock)."""
     _refuse_a_second(path)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_name()
     directory = campaign_dir / arm.name / "kept" / f"{stamp}-{os.getpid()}"
     make_dirs(directory, request["file_mode"])
     log = directory / "supervisor.log"

@@ -21,7 +21,6 @@ import socket
 import sys
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from pytest_haico.stack.arm_stack import build_arm_stack
 from pytest_haico.stack.kept import KeptService, KeptState, serves, write_state
 from pytest_haico.stack.profiles import HttpService, Stack
 from pytest_haico.stack.request import BackendCommand, StackRequest
+from pytest_haico.stamps import utc_iso
 
 _log = logging.getLogger("haico.supervisor")
 # How often the supervisor looks at its services, and at its allocation.
@@ -156,7 +156,7 @@ def _state(request: dict[str, Any], stack: Stack, arm: Arm, site: ClusterEnv | N
         supervisor_pid=os.getpid(),
         supervisor_start_time=me.start_time,
         host=socket.gethostname(),
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        started_at=utc_iso(),
         allocation=request.get("allocation"),
         directory=request["directory"],
         dump_interval_s=float(request["dump_interval_s"]),

@@ -25,6 +25,7 @@ from pytest_haico import procfs
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ResultsError, ShareClaimedError
 from pytest_haico.files import NotAnInputError, link_new_file, read_results_file
+from pytest_haico.stamps import utc_iso
 
 _ATTEMPTS = 5
 
@@ -90,7 +91,7 @@ class Holder:
 
     def describe(self) -> str:
         job = f", Slurm job {self.job}" if self.job else ""
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.claimed_at))
+        since = utc_iso(self.claimed_at)
         return f"run {self.run_id} (host {self.host}, pid {self.pid}{job}, since {since})"
 
 

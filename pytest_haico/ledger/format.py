@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pytest_haico.errors import ResultsError
 from pytest_haico.files import file_kind
 from pytest_haico.ledger.damage import damaged_field
+from pytest_haico.ledger.layout import is_ledger_name
 
 if TYPE_CHECKING:
     from pytest_haico.ledger.records import LedgerRecord
@@ -297,7 +298,7 @@ def iter_ledger_dir(
     """
     try:
         with os.scandir(directory) as entries:
-            names = sorted(entry.name for entry in entries if entry.name.endswith(".jsonl"))
+            names = sorted(entry.name for entry in entries if is_ledger_name(entry.name))
     except FileNotFoundError:
         return
     except NotADirectoryError:

@@ -13,6 +13,7 @@ from pathlib import Path
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.format import RawRecord, Warn, iter_ledger_dir
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS
+from pytest_haico.percentiles import P95, nearest_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,5 @@ class ItemTimes:
             durations = self._sorted.get(stratum)
             if not durations:
                 return None
-            count = len(durations)
-            rank = math.ceil(0.95 * count)  # nearest rank: the smallest 95% cover
-            return ItemTime(p95_s=durations[rank - 1], longest_s=durations[-1], samples=count)
+            p95 = nearest_rank(durations, P95)
+            return ItemTime(p95_s=p95, longest_s=durations[-1], samples=len(durations))

@@ -25,9 +25,9 @@ from pytest_haico.errors import LedgerWriteError, ResultsError
 from pytest_haico.files import DEFAULT_FILE_MODE, describe_filesystem, make_dirs
 from pytest_haico.ledger.claims import Holder, ShareClaim, claim_share
 from pytest_haico.ledger.jsonl import LedgerWriter
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
 from pytest_haico.ledger.rundir import (
-    ArmPaths,
     RunClaim,
     claim_run_dir,
     is_unused,

@@ -1,4 +1,5 @@
-"""The results layout of one arm, and the run directory claimed by an atomic `mkdir`."""
+"""The run directory claimed by an atomic `mkdir`, and the arm's directories checked and
+made (where they are: `ledger.layout`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ResultsError
 from pytest_haico.files import (
@@ -21,50 +21,17 @@ from pytest_haico.files import (
     ownership_problem,
     write_atomic,
 )
+from pytest_haico.ledger.layout import CLAIM_FILE, ArmPaths
+from pytest_haico.stamps import utc_name
 
 
 def job_part(job: SlurmJob, *, pid: int | None = None, now: float | None = None) -> str:
     """The job part of a run_id: array job + task, else job, else a local timestamp + pid."""
     part = job.key
     if part is None:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+        stamp = utc_name(now)
         return f"local-{stamp}-{os.getpid() if pid is None else pid}"
     return f"{part}r{job.restart_count}" if job.restart_count else part
-
-
-@dataclass(frozen=True)
-class ArmPaths:
-    """Where one arm's results live: `<results>/<campaign>/<arm>/`."""
-
-    root: Path
-
-    @property
-    def ledger_dir(self) -> Path:
-        return self.root / "ledger"
-
-    @property
-    def transcripts_dir(self) -> Path:
-        return self.root / "transcripts"
-
-    @property
-    def runs_dir(self) -> Path:
-        return self.root / "runs"
-
-    @property
-    def claims_dir(self) -> Path:
-        return self.root / "claims"
-
-    def ledger(self, run_id: str) -> Path:
-        return self.ledger_dir / f"{run_id}.jsonl"
-
-    def transcript(self, item_id: str, run_id: str, attempt: int) -> Path:
-        return self.transcripts_dir / f"{item_id}.{run_id}.{attempt}.jsonl"
-
-    def share_claim(self, shard: Shard, stratum: str, *, list_key: str | None = None) -> Path:
-        """The claim of a shard × stratum; `list_key` names the --haico-items list whose
-        shard (by position in the list) it is."""
-        listed = f".items-{list_key}" if list_key else ""
-        return self.claims_dir / f"shard-{shard.index}of{shard.count}{listed}.{stratum}.json"
 
 
 def check_arm_dirs(paths: ArmPaths) -> None:
@@ -91,11 +58,6 @@ def check_arm_dirs(paths: ArmPaths) -> None:
                 "by you only (chmod go-w), or choose a results directory of your own "
                 "(--haico-results, or $PYTEST_HAICO_RESULTS)"
             )
-
-
-def run_dir_of_ledger(ledger: Path) -> Path:
-    """The run directory of the run that appends to `ledger` (`ArmPaths.ledger` reversed)."""
-    return ArmPaths(ledger.parent.parent).runs_dir / ledger.name.removesuffix(".jsonl")
 
 
 @dataclass(frozen=True)
@@ -139,7 +101,7 @@ def claim_run_dir(
     }
     try:
         os.chmod(target, dir_mode(file_mode))  # mkdir's mode went through the umask
-        write_atomic(target / "claim.json", json.dumps(claim).encode() + b"\n", mode=file_mode)
+        write_atomic(target / CLAIM_FILE, json.dumps(claim).encode() + b"\n", mode=file_mode)
         make_dirs(target / "logs", file_mode)
     except BaseException:
         remove_run_dir(target)
@@ -151,14 +113,14 @@ def is_unused(target: Path) -> bool:
     """Whether the run directory holds nothing but its claim: no log, dump, gates.json."""
     try:
         names = {path.name for path in target.iterdir()}
-        return names <= {"claim.json", "logs"} and not any((target / "logs").iterdir())
+        return names <= {CLAIM_FILE, "logs"} and not any((target / "logs").iterdir())
     except OSError:
         return False
 
 
 def remove_run_dir(target: Path) -> None:
     """Undo a claim (failed half-way, or refused): nothing else is in the directory yet."""
-    for remove in ((target / "logs").rmdir, (target / "claim.json").unlink, target.rmdir):
+    for remove in ((target / "logs").rmdir, (target / CLAIM_FILE).unlink, target.rmdir):
         # A read-only file system keeps the empty directory; it has no claim.json.
         with contextlib.suppress(OSError):
             remove()

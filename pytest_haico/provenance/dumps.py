@@ -23,6 +23,7 @@ from pytest_haico.errors import DumpError
 from pytest_haico.files import create_file, make_dirs, publish_file
 from pytest_haico.procfs import death_signal_preexec
 from pytest_haico.redact import Redactor
+from pytest_haico.stamps import utc_name
 
 # The stack (psycopg, httpx) loads with the service, not with the batch job's clean-up.
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class DatabaseDumps:
         """Write one complete dump and return its path; raises `DumpError`."""
         with self._lock:
             make_dirs(self.dumps_dir, self.file_mode)
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
+            stamp = utc_name(self._clock())
             final = self._free_name(f"{kind}-{stamp}")
             partial = final.with_name(f".{final.name}{PARTIAL_SUFFIX}")
             command = self.postgres.dump_command(partial)

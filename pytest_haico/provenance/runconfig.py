@@ -23,14 +23,15 @@ from pytest_haico.config.identity import source_tree
 from pytest_haico.config.settings import Settings
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.files import read_results_file, write_atomic
+from pytest_haico.ledger.layout import RUN_CONFIG_ENV, RUN_CONFIG_JSON
 from pytest_haico.redact import Redactor
 from pytest_haico.slurm import client as slurm
 
 if TYPE_CHECKING:
     from pytest_haico.config.items import ItemSpec
 
-ENV_NAME = "run-config.env"
-JSON_NAME = "run-config.json"
+ENV_NAME = RUN_CONFIG_ENV
+JSON_NAME = RUN_CONFIG_JSON
 # What a later run of the arm is compared on: a change means results that mix the runs
 # were measured on different software or hardware.
 COMPARED = (

@@ -22,12 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_haico.files import read_results_file
+from pytest_haico.ledger.layout import CLAIM_FILE, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
 from pytest_haico.report.paired import Gate, Plan, statistics_lines
 from pytest_haico.report.terminal import Say, table
 from pytest_haico.results import Record, Results, ResultsReadError, load_results
 from pytest_haico.results.stats import CONFIDENCE, Decision
+from pytest_haico.stamps import utc_shown
 
 Key = tuple[str, str, int]
 
@@ -111,7 +113,7 @@ def run_starts(results: Results) -> list[tuple[str, datetime | None]]:
     item's start."""
     starts: dict[str, list[datetime]] = {}
     for arm_dir, run_id in {(r.arm_dir, r.run_id) for r in results.records}:
-        claimed = _claimed_at(arm_dir / "runs" / run_id)
+        claimed = _claimed_at(ArmPaths(arm_dir).run_dir(run_id))
         starts.setdefault(run_id, []).extend([claimed] if claimed else [])
     for record in results.records:
         started = record.data.get("started_at")
@@ -129,7 +131,7 @@ def _aware(moment: datetime) -> datetime:
 
 def _claimed_at(run_dir: Path) -> datetime | None:
     try:
-        claim = json.loads(read_results_file(run_dir / "claim.json"))
+        claim = json.loads(read_results_file(run_dir / CLAIM_FILE))
         return datetime.fromtimestamp(float(claim["claimed_at"]), UTC)
     except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return None
@@ -139,8 +141,7 @@ def describe(label: str, results: Results) -> str:
     """A header line: the side's path, its runs with their start, its item count."""
     runs = run_starts(results)
     shown = [
-        f"{run_id} (started "
-        f"{start.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S UTC') if start else 'unknown'})"
+        f"{run_id} (started {utc_shown(start) if start else 'unknown'})"
         for run_id, start in runs[:_TOP]
     ]
     more = f" and {len(runs) - _TOP} more" if len(runs) > _TOP else ""
@@ -352,7 +353,7 @@ def _delta_lines(pairs: list[Pair]) -> Iterator[str]:
 def _config_values(results: Results) -> dict[str, set[str]]:
     values: dict[str, set[str]] = {}
     for arm_dir, run_id in sorted({(r.arm_dir, r.run_id) for r in results.records}):
-        for key, value in read_run_config(arm_dir / "runs" / run_id).items():
+        for key, value in read_run_config(ArmPaths(arm_dir).run_dir(run_id)).items():
             values.setdefault(key, set()).add(value)
     return values
 

@@ -4,7 +4,6 @@ arm × stratum, each run's start-up and provenance."""
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable
@@ -15,7 +14,9 @@ from typing import Any
 
 from pytest_haico.durations import format_duration
 from pytest_haico.files import read_results_file
+from pytest_haico.ledger.layout import RUN_CONFIG_JSON, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
+from pytest_haico.percentiles import P95, percentile
 from pytest_haico.report.run_startup import run_startup_s
 from pytest_haico.results import RERUN, RETRY, Attempt, Record, Results
 
@@ -45,14 +46,6 @@ PROVENANCE_KEYS = (
     "EXPERIMENTS_GIT_DIRTY",
     "GPUS",
 )
-
-
-def percentile(values: list[float], share: float) -> float | None:
-    """Nearest-rank percentile (as `haico cost`); None for no values."""
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[max(math.ceil(share * len(ranked)) - 1, 0)]
 
 
 def turn_totals(record: Record) -> tuple[int, float, int, int]:
@@ -103,7 +96,7 @@ class Cell:
 
     @property
     def p95_s(self) -> float | None:
-        return percentile(self.durations, 0.95)
+        return percentile(self.durations, P95)
 
     def verdict_text(self) -> str:
         known = [v for v in VERDICT_ORDER if v in self.verdicts]
@@ -209,7 +202,7 @@ def _runs(attempts: list[Attempt]) -> Iterable[RunInfo]:
     first = {key: min(filter(None, run), default="") for key, run in starts.items()}
     for (arm_dir, run_id), started in sorted(first.items()):
         count = len(starts[(arm_dir, run_id)])
-        run_dir = arm_dir / "runs" / run_id
+        run_dir = ArmPaths(arm_dir).run_dir(run_id)
         config = read_run_config(run_dir)
         adaptations = [
             f"{key}={value}"
@@ -249,7 +242,7 @@ def factored_provenance(runs: list[RunInfo]) -> tuple[dict[str, str], list[dict[
 def read_run_config(run_dir: Path) -> dict[str, str]:
     """`runs/<run_id>/run-config.json`'s values ({} when the run left none)."""
     try:
-        data = json.loads(read_results_file(run_dir / "run-config.json"))
+        data = json.loads(read_results_file(run_dir / RUN_CONFIG_JSON))
     except (OSError, ValueError):
         return {}
     values: Any = data.get("values", data) if isinstance(data, dict) else {}

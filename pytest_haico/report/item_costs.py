@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_haico.errors import HaicoError
 from pytest_haico.ledger.format import Warn, iter_ledger, leading_fields_pattern, sound_leading
+from pytest_haico.ledger.layout import ArmPaths, iter_arm_dirs
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
+from pytest_haico.percentiles import P95, nearest_rank
 from pytest_haico.report.run_startup import run_startup_s
 
 if TYPE_CHECKING:  # the readers of the results import no pydantic (tests/ledger)
@@ -95,7 +97,7 @@ class StratumCost:
             stratum,
             n,
             median_s=statistics.median(ranked),
-            p95_s=ranked[math.ceil(0.95 * n) - 1],  # nearest rank, as ItemTimes
+            p95_s=nearest_rank(ranked, P95),  # as the walltime gate's ItemTimes
             max_s=ranked[-1],
             mean_s=statistics.fmean(in_order),
             early_mean_s=statistics.fmean(in_order[:third]) if third else None,
@@ -197,7 +199,8 @@ class _ArmTally:
         measured = [
             seconds
             for run_id, first in self.first_start.items()
-            if (seconds := run_startup_s(arm_dir / "runs" / run_id, first.decode())) is not None
+            if (seconds := run_startup_s(ArmPaths(arm_dir).run_dir(run_id), first.decode()))
+            is not None
         ]
         return max(measured) if measured else None
 
@@ -245,12 +248,10 @@ def load_costs(
             "directory holding one <arm>/ledger/ per arm"
         )
     try:
-        arms = sorted(
-            path
-            for path in campaign_dir.iterdir()
-            if path.name != "submissions" and (path / "ledger").is_dir()
-        )
-        files = [(arm.name, path) for arm in arms for path in sorted(arm.glob("ledger/*.jsonl"))]
+        arms = [ArmPaths(arm) for arm in iter_arm_dirs(campaign_dir)]
+        files = [
+            (arm.root.name, arm.ledger_dir / name) for arm in arms for name in arm.ledger_names()
+        ]
     except OSError as exc:
         raise CostError(
             f"cannot list the campaign directory {campaign_dir}: [Errno {exc.errno}] "

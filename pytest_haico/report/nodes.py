@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
-from pytest_haico.report.data import count, percentile, seconds
+from pytest_haico.percentiles import P95, percentile
+from pytest_haico.report.data import count, seconds
 from pytest_haico.results import Results
 
 # What `node_lines` reads of a newest record beyond `pytest_haico.results.RECORD_FIELDS`.
@@ -43,7 +44,7 @@ def node_lines(results: Results) -> Iterator[str]:
                 count(attempts[node]),
                 *(count(failures[node, verdict]) for verdict in _FAILED),
                 seconds(statistics.median(times) if times else None),
-                seconds(percentile(times, 0.95)),
+                seconds(percentile(times, P95)),
             )
         )
     yield f"per node ({len(attempts)} nodes; every record names its node, slurm.node):"

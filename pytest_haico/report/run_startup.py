@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_haico.files import read_results_file
+from pytest_haico.ledger.layout import CLAIM_FILE, RUN_CONFIG_JSON
 
 _DAY_S = 86400.0
 
@@ -17,7 +18,7 @@ def run_startup_s(run_dir: Path, first_started_at: str) -> float | None:
     None when the run does not say, or when it was attached to a kept stack (`KEPT_STACK` in
     its run-config): it started none."""
     try:
-        claim = json.loads(read_results_file(run_dir / "claim.json"))
+        claim = json.loads(read_results_file(run_dir / CLAIM_FILE))
         started = datetime.fromisoformat(first_started_at).timestamp()
         seconds = started - float(claim["claimed_at"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -29,7 +30,7 @@ def run_startup_s(run_dir: Path, first_started_at: str) -> float | None:
 
 def _attached(run_dir: Path) -> bool:
     try:
-        data = json.loads(read_results_file(run_dir / "run-config.json"))
+        data = json.loads(read_results_file(run_dir / RUN_CONFIG_JSON))
     except (OSError, ValueError):
         return False
     values = data.get("values", data) if isinstance(data, dict) else {}

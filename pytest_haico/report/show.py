@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_haico.report.data import seconds
 from pytest_haico.results import Record, Results, ResultsReadError, TranscriptMissingError
+from pytest_haico.stamps import utc_shown
 
 _SHOWN = 600  # characters of a message or tool call shown, at most
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
@@ -205,7 +206,7 @@ def _moment(value: Any) -> str:
     except ValueError:
         return "-"
     moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc_shown(moment)
 
 
 def _text(content: Any) -> str:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from pytest_haico.ledger.layout import ArmPaths, transcript_name
 from pytest_haico.results.records import RERUN, RETRY, Record, Results, paused_gc, require
 
 if TYPE_CHECKING:
@@ -229,8 +230,14 @@ def _records_frame(pd: Any, results: Results, *, newest: bool) -> Any:
         paths.get(id(r.path)) or paths.setdefault(id(r.path), str(r.path)) for r in chosen
     ]
     columns["line"] = [record.line for record in chosen]
+    transcripts: dict[int, str] = {}  # per arm directory, its transcripts' directory
     columns["transcript"] = [
-        f"{r.arm_dir}/transcripts/{r.data['item_id']}.{r.data['run_id']}.{r.data['attempt']}.jsonl"
+        (
+            transcripts.get(id(r.arm_dir))
+            or transcripts.setdefault(id(r.arm_dir), str(ArmPaths(r.arm_dir).transcripts_dir))
+        )
+        + "/"
+        + transcript_name(r.data["item_id"], r.data["run_id"], r.data["attempt"])
         for r in chosen
     ]
     first = {key: columns.pop(key) for key in FIRST if key in columns}

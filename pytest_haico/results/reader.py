@@ -15,6 +15,16 @@ from pytest_haico.ledger.format import (
     Warn,
     iter_ledger,
 )
+from pytest_haico.ledger.layout import (
+    ArmPaths,
+    arm_of_ledger,
+    arm_of_run_dir,
+    is_arm_dir,
+    iter_arm_dirs,
+    parse_transcript_name,
+    run_id_of_ledger,
+    transcript_name,
+)
 from pytest_haico.results.records import (
     RECORD_FIELDS,
     Attempt,
@@ -153,18 +163,20 @@ def _resolve(where: Path, run: str | None) -> tuple[list[Path], str | None]:
         "give <results>/<campaign> (it holds <arm>/ledger/), <campaign>/<arm>, "
         "<arm>/runs/<run_id> or <arm>/ledger/<run_id>.jsonl"
     )
-    if where.is_file() and where.suffix == ".jsonl" and where.parent.name == "ledger":
-        return [where.parent.parent], where.stem
+    ledger_arm = arm_of_ledger(where) if where.is_file() else None
+    if ledger_arm is not None:
+        return [ledger_arm.root], run_id_of_ledger(where)
     if not where.exists():
         raise NotResultsError(f"{where} does not exist: {hint}")
     if not where.is_dir():
         raise NotResultsError(f"{where} is not a campaign, an arm or a run: {hint}")
-    if where.parent.name == "runs" and (where.parent.parent / "ledger").is_dir():
-        return [where.parent.parent], where.name
-    if (where / "ledger").is_dir():
+    run_arm = arm_of_run_dir(where)
+    if run_arm is not None:
+        return [run_arm.root], where.name
+    if is_arm_dir(where):
         return [where], run
     try:
-        arms = sorted(p for p in where.iterdir() if (p / "ledger").is_dir())
+        arms = list(iter_arm_dirs(where))
     except OSError as exc:
         raise ResultsReadError(
             f"cannot list {where}: [Errno {exc.errno}] {exc.strerror}: make it readable"
@@ -175,16 +187,17 @@ def _resolve(where: Path, run: str | None) -> tuple[list[Path], str | None]:
 
 
 def _read_arm(arm_dir: Path, run: str | None, warn: Warn) -> Iterator[Record]:
-    ledger = arm_dir / "ledger"
+    paths = ArmPaths(arm_dir)
+    ledger = paths.ledger_dir
     try:
-        names = sorted(e.name for e in os.scandir(ledger) if e.name.endswith(".jsonl"))
+        names = paths.ledger_names()
     except OSError as exc:
         raise ResultsReadError(
             f"cannot list the ledger directory {ledger}: [Errno {exc.errno}] {exc.strerror}: "
             "make it readable for this user"
         ) from exc
     for name in names:
-        if run is None or name == f"{run}.jsonl":
+        if run is None or name == paths.ledger(run).name:
             yield from _read_ledger(ledger / name, arm_dir, warn)
 
 
@@ -221,20 +234,18 @@ def _orphans(
 ) -> list[Orphan]:
     """Transcripts `<item_id>.<run_id>.<attempt>.jsonl` of attempts without a record
     (`recorded_ids`: the arm's records' item_id, run_id and attempt)."""
+    directory = ArmPaths(arm_dir).transcripts_dir
     try:
-        names = set(os.listdir(arm_dir / "transcripts"))
+        names = set(os.listdir(directory))
     except OSError:
         return []
-    recorded = {f"{item}.{run_id}.{attempt}.jsonl" for item, run_id, attempt in recorded_ids}
+    recorded = {transcript_name(*ids) for ids in recorded_ids}
     orphans = []
     for name in sorted(names - recorded):
-        item_id, _, rest = name.partition(".")
-        run_id, _, attempt = rest.removesuffix(".jsonl").rpartition(".")
-        if not name.endswith(".jsonl") or not run_id or not attempt.isdigit():
-            continue
-        if run is not None and run_id != run:
+        parsed = parse_transcript_name(name)
+        if parsed is None or (run is not None and parsed.run_id != run):
             continue
         orphans.append(
-            Orphan(arm_dir / "transcripts" / name, arm_dir.name, item_id, run_id, int(attempt))
+            Orphan(directory / name, arm_dir.name, parsed.item_id, parsed.run_id, parsed.attempt)
         )
     return orphans

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_haico.errors import HaicoError
 from pytest_haico.files import NotAnInputError, read_results_file
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.ledger.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -154,8 +155,7 @@ class Record:
 
     @property
     def transcript_path(self) -> Path:
-        name = f"{self.item_id}.{self.run_id}.{self.attempt}.jsonl"
-        return self.arm_dir / "transcripts" / name
+        return ArmPaths(self.arm_dir).transcript(self.item_id, self.run_id, self.attempt)
 
 
 # What a record is to its item (`Results.attempt_kinds`).

@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.settings import Settings
     from pytest_haico.driver.judging import Scorer
+    from pytest_haico.ledger.layout import ArmPaths
     from pytest_haico.ledger.recorder import ItemAttempt
     from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, TurnRecord
-    from pytest_haico.ledger.rundir import ArmPaths, RunClaim
+    from pytest_haico.ledger.rundir import RunClaim
     from pytest_haico.ledger.times import AttemptTimes
     from pytest_haico.ledger.verdicts import Verdict
     from pytest_haico.redact import Redactor

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from pytest_haico.errors import StackError
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.ledger.recorder import ItemAttempt
-from pytest_haico.ledger.rundir import ArmPaths, RunClaim
+from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_conversations import ArmConversations
 from pytest_haico.runner.arm_provenance import ArmProvenance, Dumps

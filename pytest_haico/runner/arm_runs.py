@@ -8,7 +8,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +15,18 @@ import pytest
 
 from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError, headline
 from pytest_haico.gates.result import first_failure
+from pytest_haico.gates.static import WALLTIME
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
 from pytest_haico.runner.observer import ArmRunsObserver, ObservedRecorder
 from pytest_haico.runner.skips import is_skipped_by_marks
+from pytest_haico.runner.stopping import (
+    Drain,
+    StopCause,
+    StopKind,
+    Stops,
+    interrupted_start_line,
+)
 
 if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
@@ -32,17 +39,6 @@ if TYPE_CHECKING:
     from pytest_haico.stack.kept import KeptState
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass
-class Drain:
-    """A graceful stop: nothing new starts; what is in flight gets `timeout_s`, then is
-    cancelled and recorded interrupted."""
-
-    reason: str
-    timeout_s: float
-    in_flight: int  # conversations in flight when it began
-    ended_early: bool = False  # a second USR1 cancelled what was still in flight
 
 
 class ArmRuns:
@@ -62,15 +58,9 @@ class ArmRuns:
         self.kept = kept  # --haico-attach: the kept stack every arm run uses
         self.arms = arms
         self.recorder = recorder
-        # The first arm whose stack did not start or failed a gate (exit 78), and why the
-        # run stopped early otherwise: a tripped breaker, a service that died (exit 75).
-        self.stack_failure: str | None = None
-        self.failed_gate: str | None = None  # the gate whose failure is the stack_failure
-        self.stop_reason: str | None = None
-        # Why no new conversation starts any more while those in flight finish (exit 75).
-        self.drain: Drain | None = None
-        self.admission_stop: str | None = None
-        self.emergency: str | None = None  # SIGTERM: stop now, no final dump
+        # Why the runs stopped short, if they did: the first arm start that failed (exit
+        # 78), a breaker, a dead service, a drain, the walltime, SIGTERM (exit 75).
+        self.stops = Stops()
         # A signal that came while a stack was starting: raised once the start has ended.
         self.start_interrupt: KeyboardInterrupt | None = None
         self._launching = False  # an arm's gates and stack are starting on the main thread
@@ -122,7 +112,7 @@ class ArmRuns:
     def run_gates_only(self, arm: str, specs: Sequence[ItemSpec]) -> None:
         """--haico-gates-only: the arm's static gates, its stack, its dynamic gates, its
         stop; no conversation. `specs` are the arm's selected items (their scripts and
-        strata are gated). A failure is the session's `stack_failure`, as in a run."""
+        strata are gated). A failure is the session's failed start, as in a run."""
         if self._no_new_stack() is not None:
             return  # a drain or SIGTERM came between two arms: nothing new starts
         self._gated[arm] = list(specs)
@@ -166,7 +156,7 @@ class ArmRuns:
         self.tearing_down = True
         for arm in self._sessions:
             try:
-                self._stop(arm, final_dump=self.emergency is None)
+                self._stop(arm, final_dump=self.stops.get(StopKind.TERMINATED) is None)
             except Exception:  # one arm's cleanup must not keep the others running
                 _log.exception("haico: stopping the stack of arm %s", arm)
 
@@ -189,12 +179,14 @@ class ArmRuns:
     def begin_drain(self, reason: str, timeout_s: float) -> None:
         """Stop admitting everywhere; what is in flight gets `timeout_s`, then is cancelled.
         A second call ends the drain at once."""
-        if self.drain is not None:
-            self.drain.ended_early = True
+        drain = self.stops.drain
+        if drain is not None:
+            drain.ended_early = True
             self.cancel_in_flight(f"{reason}: the drain was ended early")
             return
         in_flight = sum(s.in_flight for s in self._sessions.values() if not s.stopped)
-        self.drain = Drain(reason=reason, timeout_s=timeout_s, in_flight=in_flight)
+        drain = Drain(timeout_s=timeout_s, in_flight=in_flight)
+        self.stops.add(StopCause(StopKind.DRAINED, reason, drain=drain))
         # Each runner's own loop keeps the deadline: a signal handler must start no thread
         # (the interrupted code may hold the lock a new thread needs to start).
         for session in list(self._sessions.values()):
@@ -202,8 +194,7 @@ class ArmRuns:
 
     def terminate(self, reason: str) -> None:
         """The emergency path: cancel what is in flight, kill a running dump, no final dump."""
-        if self.emergency is None:
-            self.emergency = reason
+        self.stops.add(StopCause(StopKind.TERMINATED, reason))
         self.cancel_in_flight(reason)
         for session in self._sessions.values():
             session.abort_dumps()
@@ -215,8 +206,7 @@ class ArmRuns:
     def _stop_admitting_for_walltime(self, reason: str) -> None:
         """An arm's admission refused the next conversation for the walltime: every arm
         stops admitting, the in-flight ones finish, the run exits 75."""
-        if self.admission_stop is None:
-            self.admission_stop = reason
+        self.stops.add(StopCause(StopKind.NOT_ADMITTING, reason))
         for session in list(self._sessions.values()):
             session.stop_admitting(reason)
 
@@ -239,11 +229,7 @@ class ArmRuns:
 
     def _no_new_stack(self) -> str | None:
         """Why no stack may start any more (a drain, the walltime, SIGTERM), or None."""
-        if self.emergency is not None:
-            return self.emergency
-        if self.drain is not None:
-            return self.drain.reason
-        return self.admission_stop
+        return self.stops.no_new_stack()
 
     def _start(self, arm: str, *, gates_only: bool = False) -> ArmRun:
         """The arm's static gates, then its run started (stack, dynamic gates, runner) and
@@ -255,9 +241,10 @@ class ArmRuns:
         try:
             session = self._launch(arm, gates_only=gates_only)
         except StackError as exc:
-            told = exc.brief
-            self._tell("stack_started", arm, seconds=time.monotonic() - began, error=told)
+            # An interrupt cancels what the start was doing: that is no failure of the stack.
             if self.start_interrupt is None:
+                told = exc.brief
+                self._tell("stack_started", arm, seconds=time.monotonic() - began, error=told)
                 raise StackError(self._fail(arm, exc)) from None
             session = self._sessions.get(arm)
         else:
@@ -269,7 +256,13 @@ class ArmRuns:
         if interrupt is not None:
             if session is not None:
                 self._stop(arm, final_dump=False)  # idempotent: a start that raised stopped all
-            raise interrupt
+            seconds = time.monotonic() - began
+            self._tell("stack_interrupted", arm, seconds=seconds)
+            # pytest shows an `Interrupted` as its one "!" line (a bare KeyboardInterrupt gets
+            # the line it was raised on, and a hint about --full-trace).
+            raise pytest.Session.Interrupted(
+                interrupted_start_line(arm, interrupt, seconds=seconds)
+            ) from interrupt
         assert session is not None
         if not gates_only:
             for state in self._attempts.get(arm, []):
@@ -279,7 +272,7 @@ class ArmRuns:
 
     def preflight(self) -> bool:
         """Every planned arm's static gates, before anything starts: False, and the first
-        failure is the session's `stack_failure` (exit 78), when one failed."""
+        failure is the session's failed start (exit 78), when one failed."""
         for arm in sorted(self._attempts):
             try:
                 self._static.run(arm, self._specs(arm))
@@ -364,9 +357,11 @@ class ArmRuns:
         what = f"arm {arm}" if gate else f"the stack of arm {arm} did not start"
         failure, told = f"{what}: {error}", f"{what}: {error.brief}"
         self._failures[arm] = told
-        if self.stack_failure is None:
-            self.stack_failure = failure
-            self.failed_gate = gate.name if gate is not None else None
+        if gate is None:
+            kind = StopKind.STACK_FAILED
+        else:
+            kind = StopKind.SHORT_OF_TIME if gate.name == WALLTIME else StopKind.GATE_FAILED
+        self.stops.add(StopCause(kind, failure))
         if self._session is not None:  # pytest stops after the current item
             self._session.shouldstop = f"haico: {headline(told)}"
         return told
@@ -377,21 +372,29 @@ class ArmRuns:
 
         planned = self._attempts.get(arm)
         spec = planned[0].spec if planned else None
-        return arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
+        values = arm_values(self.settings, self.arms[arm], self.recorder.job, spec, os.environ)
+        served = self._static.served.get(arm)
+        return {**values, **(served.provenance() if served is not None else {})}
+
+    def served_model(self, arm: str) -> str | None:
+        """The served model (`haico serve`) that answers the arm's run, in the summary's words."""
+        served = self._static.served.get(arm) if arm in self._sessions else None
+        return served.describe() if served is not None and served.served is not None else None
 
     def _stop_early(self, reason: str) -> None:
         """A breaker, a dead service, a lost result: its arm admits no more (`stop_before`)."""
-        self.stop_reason = self.stop_reason or reason
+        self.stops.add(StopCause(StopKind.STOPPED, reason))
 
     def stop_before(self, session: pytest.Session, nextitem: pytest.Item | None) -> None:
         """After each item: once the run stopped early, stop before the next item unless it
         has a record or ends at once (it started before a breaker or a dead service)."""
         state = nextitem.stash.get(ATTEMPT_KEY, None) if nextitem is not None else None
-        if self.stop_reason is None or (state is not None and state.recorded is not None):
+        stopped = self.stops.reason(StopKind.STOPPED)
+        if stopped is None or (state is not None and state.recorded is not None):
             return
         run = self._sessions.get(state.spec.arm.name) if state is not None else None
         if state is None or run is None or not run.ends_at_once(state):
-            session.shouldstop = f"haico: {headline(self.stop_reason)}"
+            session.shouldstop = f"haico: {headline(stopped)}"
 
 
 ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()

@@ -57,7 +57,9 @@ class Conversation:
         each missed expectation that line does not already name, one a line."""
         error = self.record.error if self.record is not None else self.result.error
         text = f"{self.spec.test_id}: {self.verdict.value} after {len(self.turns)} turn(s)"
-        if error is not None:
+        if error is not None and error.kind == self.verdict.value:
+            text += f": {error.message}"  # the kind is the verdict: said once
+        elif error is not None:
             text += f" ({error.kind}: {error.message})"
         named = error.message if error is not None else None
         return "\n".join(

@@ -22,6 +22,9 @@ class ArmRunsObserver(Protocol):
 
     def stack_started(self, arm: str, *, seconds: float, error: str | None) -> None: ...
 
+    def stack_interrupted(self, arm: str, *, seconds: float) -> None:
+        """A signal ended the arm's start; its services are stopped."""
+
     def stack_stopped(self, arm: str, *, seconds: float | None) -> None: ...
 
     def recorded(self, state: ItemAttempt, record: LedgerRecord) -> None: ...

@@ -31,7 +31,7 @@ from pytest_haico.gates.result import (
     write_gates_json,
 )
 from pytest_haico.ledger.item_times import ItemTimes
-from pytest_haico.ledger.rundir import ArmPaths
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.served import ServedCheck, served_name
 from pytest_haico.runner.walltime import WalltimeAdmission

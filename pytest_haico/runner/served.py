@@ -66,6 +66,26 @@ class ServedCheck:
             f"{self.name!r} at {served.endpoint}, job {served.entry.job.id}: the arm's model",
         )
 
+    def provenance(self) -> dict[str, str]:
+        """run-config's account of the served model that answers the run (after a passed
+        gate): its catalogue name, its job and node, the arm that serves it, its owner."""
+        assert self.served is not None, "the served_model gate has not passed"
+        entry = self.served.entry
+        return {
+            "SERVED_MODEL": self.name,
+            "SERVED_MODEL_JOB": entry.job.id,
+            "SERVED_MODEL_NODE": entry.job.node,
+            "SERVED_MODEL_ARM": entry.arm,
+            "SERVED_MODEL_OWNER": entry.owner.name,
+            "SERVED_MODEL_URL": entry.endpoint,
+        }
+
+    def describe(self) -> str:
+        """The summary's words for it: `'qwen32b' (job 41 on gpu07, http://gpu07:8011/v1)`."""
+        assert self.served is not None, "the served_model gate has not passed"
+        entry = self.served.entry
+        return f"{self.name!r} (job {entry.job.id} on {entry.job.node}, {entry.endpoint})"
+
     def endpoint(self) -> ModelEndpoint:
         """The endpoint the backend is given, with its key (after a passed gate). A server
         on this node is named under .localhost, whose host says `vllm` to the backend; one

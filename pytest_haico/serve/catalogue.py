@@ -25,7 +25,6 @@ import grp
 import json
 import os
 import stat
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +40,13 @@ from pytest_haico.files import (
     read_owned_file,
     write_atomic,
 )
+from pytest_haico.stamps import utc_iso
 
 SCHEMA = 1
 SHARED_KEY_MODE = 0o640  # a key shared with a Unix group: its members may read it
 _ENTRY_SUFFIX = ".json"
 _MAX_ENTRY_BYTES = 64 * 1024
+_GITIGNORE = b"# Written by haico serve: served models' API keys are never committed.\n*\n"
 
 
 class _Part(BaseModel):
@@ -126,7 +127,7 @@ def key_file_name(name: str, job_id: str) -> str:
 
 
 def now_utc() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return utc_iso()
 
 
 def check_catalogue_dir(catalogue: Path) -> os.stat_result:
@@ -150,9 +151,16 @@ def check_catalogue_dir(catalogue: Path) -> os.stat_result:
 
 
 def make_catalogue_dir(catalogue: Path, *, file_mode: int) -> None:
-    """Create the catalogue (with the results' directory mode) if missing, then check it."""
+    """Create the catalogue (with the results' directory mode) if missing, then check it.
+
+    Without $CLUSTER_WORK the catalogue is `<rootdir>/catalogue`, inside the experiments'
+    repository, and its key files beside the entries: a `.gitignore` of `*` keeps git from
+    ever adding them (as pytest's cache does), whatever the repository's own ignores."""
     make_dirs(catalogue, file_mode)
     check_catalogue_dir(catalogue)
+    ignore = catalogue / ".gitignore"
+    if not ignore.exists():
+        write_atomic(ignore, _GITIGNORE, mode=file_mode)
 
 
 def read_entry(catalogue: Path, name: str) -> CatalogueEntry:

@@ -56,6 +56,7 @@ from pytest_haico.slurm.timelimits import parse_time_limit
 from pytest_haico.stack.arm_stack import build_model_service
 from pytest_haico.stack.orchestrator import Orchestrator
 from pytest_haico.stack.service import new_secret
+from pytest_haico.stamps import utc_iso
 
 _log = logging.getLogger("haico.serve")
 POLL_S = 0.5  # how often the job looks at its model server
@@ -272,7 +273,7 @@ def _end_time(job_id: str) -> str | None:
         return None
     if end is None:
         return None
-    return datetime.fromtimestamp(end, UTC).isoformat(timespec="seconds")
+    return utc_iso(end)
 
 
 def _user_name(uid: int) -> str:

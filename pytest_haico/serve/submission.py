@@ -19,6 +19,7 @@ from pytest_haico.serve.renewal import Renewal, minutes, plan_successor, resolve
 from pytest_haico.serve.resolver import resolve_served
 from pytest_haico.slurm.jobs import jobs_named, live_jobs_named, sbatch
 from pytest_haico.slurm.timelimits import parse_time_limit
+from pytest_haico.stamps import utc_iso
 
 SCRIPT = Path(__file__).parents[1] / "templates" / "serve.sbatch"
 # Slurm's warning before the time limit (USR1 to the batch shell): time to deregister and
@@ -103,7 +104,7 @@ def serve(request: ServeRequest, *, say: Say) -> int:
     )
     if renewal is not None:
         say(
-            f"haico: it renews itself until {renewal.until.isoformat(timespec='seconds')}: "
+            f"haico: it renews itself until {utc_iso(renewal.until)}: "
             f"its successor is queued to start {renewal.lead_min} min before its end"
         )
     say(f"haico: it registers {entry_path(request.catalogue, name)} once its model is healthy")
@@ -141,7 +142,7 @@ class ModelJob:
         if self.time is not None:
             args += ["--time", self.time]
         if self.renewal is not None:
-            args += ["--until", self.renewal.until.isoformat(timespec="seconds")]
+            args += ["--until", utc_iso(self.renewal.until)]
             args += ["--renew-lead", str(self.renewal.lead_min)]
         return args
 
@@ -203,7 +204,7 @@ def queue_successor(job: ModelJob, job_id: str, *, started: datetime) -> str:
     assert job.renewal is not None and job.time is not None
     time_s = parse_time_limit(job.time, where="--time") or 0.0
     successor = plan_successor(started=started, time_min=minutes(time_s), renewal=job.renewal)
-    until = job.renewal.until.isoformat(timespec="seconds")
+    until = utc_iso(job.renewal.until)
     if successor is None:
         return f"no successor: the service ends with this job (until {until})"
     pending = [i for i, state in jobs_named(job_name(job.name)).items() if state == "PENDING"]

@@ -20,6 +20,7 @@ from pytest_haico.site.images import images_to_pull, is_pulled, read_token
 from pytest_haico.site.plan import EnvPlan, VenvBuild, write_plan
 from pytest_haico.site.venv import check_replaceable, is_built, lock_digest
 from pytest_haico.slurm.jobs import live_jobs_named, sbatch
+from pytest_haico.stamps import utc_name
 
 JOB_NAME = "haico-env"
 # In the job's log directory; held across the queue check and the sbatch.
@@ -63,7 +64,7 @@ def run_env(
     if _nothing_to_do(plan, request, say):
         return 0
     logs = _logs_dir(site)
-    plan_file = logs / f"plan-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json"
+    plan_file = logs / f"plan-{utc_name()}-{time.time_ns() % 10**9:09d}.json"
     argv = env_sbatch_argv(site, plan_file=plan_file, logs=logs, time_limit=request.time)
     if request.dry_run:
         say(f"haico env: would submit (it {plan.describe()}): {shlex.join(argv)}")

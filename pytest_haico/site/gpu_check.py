@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_haico.errors import HaicoError
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs
+from pytest_haico.stamps import utc_name
 
 BURN = Path(__file__).with_name("gpu_burn.py")
 QUERY = (
@@ -104,7 +105,7 @@ def run_gpu_check(
     if smi is None:
         raise GpuCheckError("nvidia-smi is not on PATH: run the check on a GPU node")
     make_dirs(log_dir, DEFAULT_FILE_MODE)
-    log = log_dir / f"gpu-{host}-{time.strftime('%Y%m%dT%H%M%S')}.csv"
+    log = log_dir / f"gpu-{host}-{utc_name()}.csv"
     outputs = _burn_while_logging(
         smi, log, python=python, count=len(visible), settings=settings, environ=environ
     )

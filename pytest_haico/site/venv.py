@@ -25,6 +25,7 @@ from typing import Any
 
 from pytest_haico.errors import HaicoError, UntrustedFileError
 from pytest_haico.files import read_owned_file, write_atomic
+from pytest_haico.stamps import utc_iso
 
 MARKER = ".haico-env.json"
 PARTIAL = ".haico-env-partial"  # a build under way, or cut short
@@ -143,7 +144,7 @@ def build_venv(
         requirements=str(requirements),
         sha256=digest,
         vllm_version=str(version),
-        built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        built_at=utc_iso(),
         job_id=job_id,
     )
     write_atomic(venv / MARKER, json.dumps(asdict(marker), indent=2).encode() + b"\n", mode=0o644)

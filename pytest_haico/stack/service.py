@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from io import FileIO
 from pathlib import Path
 from secrets import token_urlsafe
@@ -35,6 +34,7 @@ from pytest_haico.procfs import (
 from pytest_haico.redact import Redactor
 from pytest_haico.stack.service_log import LOG_HEADER, read_log_tail
 from pytest_haico.stack.start_wait import StartWatch
+from pytest_haico.stamps import utc_iso
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class ServiceProcess:
         name = self.service.name
         cmd = self.service.command(self.port)
         argv = [str(arg) for arg in cmd.argv]
-        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        stamp = utc_iso()
         header = f"{LOG_HEADER}{stamp} {name} port {self.port} attempt {self.attempt}: "
         header += shlex.join(argv)
         gid: int | None = None

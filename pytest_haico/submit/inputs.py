@@ -20,9 +20,10 @@ from pytest_haico.config.frozen import inputs_digest
 from pytest_haico.config.project import config_file_in
 from pytest_haico.errors import HaicoError, UntrustedFileError
 from pytest_haico.files import make_dirs, ownership_problem, read_owned_file, write_atomic
+from pytest_haico.ledger.layout import SUBMISSIONS
 from pytest_haico.locks import holding
 
-SUBMISSIONS_DIR = "submissions"
+SUBMISSIONS_DIR = SUBMISSIONS
 MANIFEST_FILE = "submission.json"
 SCRIPT_FILE = "campaign.sbatch"
 # The batch script this package ships (the repository's sbatch/campaign.sbatch links to it):

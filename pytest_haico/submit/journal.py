@@ -13,12 +13,12 @@ import enum
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pytest_haico.errors import HaicoError, UntrustedFileError
 from pytest_haico.files import append_line, read_owned_file
+from pytest_haico.stamps import utc_iso
 
 Warn = Callable[[str], None]
 
@@ -225,4 +225,4 @@ def _why(exc: Exception) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_iso()

@@ -12,8 +12,9 @@ from pathlib import Path
 from pytest_haico.errors import UntrustedFileError
 from pytest_haico.files import read_owned_file
 from pytest_haico.ledger.format import RawRecord, iter_ledger_dir
+from pytest_haico.ledger.layout import CLAIM_FILE, RUN_CONFIG_JSON, ArmPaths
 from pytest_haico.ledger.resume import ResumeIndex
-from pytest_haico.ledger.rundir import ArmPaths, check_arm_dirs, job_key_of, runs_of
+from pytest_haico.ledger.rundir import check_arm_dirs, job_key_of, runs_of
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.slurm.records import TaskState
 from pytest_haico.submit.decisions import GateFailure, RunGates
@@ -126,7 +127,7 @@ def _run_gates(run: Path) -> RunGates:
 def _run_node(run: Path) -> str | None:
     """The node the run recorded in its run-config (NODE), else in its claim (a run stopped
     by a gate writes no run-config); None when it left neither."""
-    for name, key in (("run-config.json", "NODE"), ("claim.json", "node")):
+    for name, key in ((RUN_CONFIG_JSON, "NODE"), (CLAIM_FILE, "node")):
         try:
             data = json.loads(read_owned_file(run / name))
         except (UntrustedFileError, OSError, ValueError):

@@ -20,8 +20,8 @@ from pytest_haico.config.items import (
     submitted_item_specs,
 )
 from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.ledger.resume import ResumeIndex
-from pytest_haico.ledger.rundir import ArmPaths
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.slurm.records import TaskState
 from pytest_haico.submit.decisions import Dependency, Evidence, had_its_chance

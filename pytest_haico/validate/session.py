@@ -27,7 +27,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -43,11 +42,13 @@ from pytest_haico.config.resolution import (
 from pytest_haico.config.settings import Profile
 from pytest_haico.config.values import MODEL_API_KEY_ENV, enum_parser, parse_command, parse_name
 from pytest_haico.files import dir_mode, make_dirs
+from pytest_haico.ledger.layout import ArmPaths, run_id_of_ledger
 from pytest_haico.report.compare import print_comparison
 from pytest_haico.report.paired import Gate
 from pytest_haico.results import paused_gc
 from pytest_haico.results.stats import CONFIDENCE
 from pytest_haico.stack.kept import KeptState, read_state, state_path
+from pytest_haico.stamps import utc_name
 from pytest_haico.validate.builds import (
     Build,
     ValidateError,
@@ -144,7 +145,7 @@ def _validate(request: Request, say: Say) -> int:
         for role, given in (("baseline", request.baseline), ("candidate", request.candidate))
     ]
     refuse_the_same_build(*builds)
-    name = request.campaign or f"validate-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    name = request.campaign or f"validate-{utc_name()}"
     campaign_dir = places.results / parse_name(name, "--campaign")
     with contextlib.ExitStack() as stack:
         stack.enter_context(_new_campaign(campaign_dir, resolve_results_mode(r)))
@@ -165,10 +166,10 @@ def _validate(request: Request, say: Say) -> int:
         )
         env = {**os.environ, MODEL_API_KEY_ENV: model.state.api_key}
         argv = [*_pytest_options(places, profile, name, arm, endpoint), *request.pytest_args]
-        ledgers = campaign_dir / arm / "ledger"
+        arm_paths = ArmPaths(campaign_dir / arm)
         runs: list[str] = []
         for build in builds:
-            before = _ledger_runs(ledgers)
+            before = _ledger_runs(arm_paths)
             try:
                 status = _run(build, argv, env, say)
             except _Terminated as stopped:
@@ -176,7 +177,7 @@ def _validate(request: Request, say: Say) -> int:
                 raise
             if status != 0:
                 return _not_finished(build, status, campaign_dir / arm, say)
-            new = sorted(_ledger_runs(ledgers) - before)  # one pytest process: one run id
+            new = sorted(_ledger_runs(arm_paths) - before)  # one pytest process: one run id
             if not new:
                 raise ValidateError(
                     f"the {build.role} run recorded no item: pytest's arguments "
@@ -360,8 +361,13 @@ def _not_finished(build: Build, status: int, arm_dir: Path, say: Say) -> int:
     return NOT_FINISHED
 
 
-def _ledger_runs(ledgers: Path) -> set[str]:
-    return {path.stem for path in ledgers.glob("*.jsonl")} if ledgers.is_dir() else set()
+def _ledger_runs(arm: ArmPaths) -> set[str]:
+    """The runs with a ledger in the arm's ledger directory (none while it is missing)."""
+    try:
+        names = arm.ledger_names()
+    except FileNotFoundError:
+        return set()
+    return {run_id_of_ledger(Path(name)) for name in names}
 
 
 @contextlib.contextmanager

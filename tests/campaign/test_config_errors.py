@@ -451,3 +451,41 @@ def test_a_bad_expectation_names_file_field_value_and_fix(
         "a.yaml", f"id: a\nturns:\n  - user: Plan a trip to Crete.\n    expect: {expect}\n"
     )
     assert_usage_error(campaign.run(), line)
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--haico-limt=2", "--haico-limit-per-stratum"),
+        ("--haico-concurency=4", "--haico-concurrency"),
+        ("--haico-no-resum", "--haico-no-resume"),
+        ("--haico-modle=judge", "--haico-model"),
+    ],
+)
+def test_a_misspelled_haico_option_names_the_nearest_one(
+    campaign: CampaignProject, typed: str, meant: str
+) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    name = typed.split("=")[0]
+    assert_usage_error(
+        campaign.run(typed),
+        f"ERROR: haico: unrecognized option {name}: did you mean {meant}? `pytest --help` "
+        "lists the haico options under 'pytest-haico'",
+    )
+
+
+def test_a_haico_option_like_none_is_refused_without_a_guess(campaign: CampaignProject) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    assert_usage_error(
+        campaign.run("--haico-zzzzzz"),
+        "ERROR: haico: unrecognized option --haico-zzzzzz: no haico option is close to it; *",
+    )
+
+
+def test_other_unknown_options_keep_pytests_refusal(campaign: CampaignProject) -> None:
+    campaign.arm("demo")
+    campaign.simple_scripts("greet")
+    result = campaign.run("--no-such-option")
+    assert_usage_error(result, "*unrecognized arguments: --no-such-option")

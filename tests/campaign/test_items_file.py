@@ -12,7 +12,7 @@ from pytest_haico.config.item_list import ItemList, parse_item_list
 from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.ledger.claims import Holder
-from pytest_haico.ledger.rundir import ArmPaths
+from pytest_haico.ledger.layout import ArmPaths
 from tests.campaign.test_selection import collected
 from tests.harness import CampaignProject
 

@@ -173,7 +173,10 @@ def test_an_infra_error_is_its_message_without_source_lines(
     assert "def test_conversation" not in text
     assert text.count("backend unreachable: connection refused") == 1
     result.stdout.fnmatch_lines(
-        ["FAILED experiments/test_conversations.py::test_conversation[demo-e-r0] - infra_error"]
+        [
+            "FAILED infra_error experiments/test_conversations.py::test_conversation[demo-e-r0]"
+            " - InfraError"
+        ]
     )
 
 
@@ -249,3 +252,28 @@ def test_a_failed_items_explanation_appears_once_in_a_few_lines(
     )
     # The user's own assertion, in the same module, as pytest shows it.
     result.stdout.fnmatch_lines(["E*AssertionError: too many steps", "E*assert 12 < 10"])
+
+
+def test_the_short_summary_keeps_the_verdict_on_a_narrow_terminal(
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pytest cuts a summary line's message to the terminal's width (here the whole of it):
+    # the verdict is in the status word, which it never cuts.
+    monkeypatch.setenv("COLUMNS", "60")
+    five_items(campaign)
+    result = campaign.run("-k", "e-r0", "-rf")
+    result.stdout.fnmatch_lines(
+        ["FAILED infra_error experiments/test_conversations.py::test_conversation[[]demo-e-r0[]]*"]
+    )
+
+
+def test_verbose_lines_name_the_verdict_of_a_failed_item(campaign: CampaignProject) -> None:
+    five_items(campaign)
+    result = campaign.run("-v", "-k", "e-r0 or a-r0")
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_conversation[[]demo-a-r0[]] PASSED*",
+            "*::test_conversation[[]demo-e-r0[]] FAILED infra_error*",
+        ],
+        consecutive=False,
+    )

@@ -41,13 +41,13 @@ def test_an_attach_file_in_the_next_word_is_refused_naming_the_equals_form(
     # Without a configuration pytest-asyncio would warn that its loop scope is unset.
     result = project.pytester.runpytest("-p", "no:asyncio", "--haico-attach", str(state))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+    # The fix leads the line.
     result.stderr.fnmatch_lines(
         [
-            f"ERROR: haico: pytest read {state}, the value of --haico-attach, as a test path (it "
-            "looks for its rootdir and configuration before haico's options are known), so its "
-            f"rootdir is * and its configuration none, where a bare pytest here has "
-            f"{project.root} and {project.root / 'pyproject.toml'}: write "
-            f"--haico-attach={state}"
+            f"ERROR: haico: write --haico-attach={state} (with '='): pytest read the next word, "
+            f"{state}, as a test path before haico's options were known, and took the rootdir "
+            f"* instead of {project.root} and the configuration none instead of "
+            f"{project.root / 'pyproject.toml'} from it"
         ]
     )
     assert not (project.root / "results").exists()
@@ -74,3 +74,25 @@ def test_a_path_in_the_next_word_that_moves_nothing_is_accepted(
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines([f"rootdir: {project.root}", "configfile: pyproject.toml"])
     result.assert_outcomes(passed=2)
+
+
+def test_experiments_in_the_next_word_without_a_configuration_lead_with_the_fix(
+    campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first-hour walk: no configuration file anywhere, `--haico-experiments DIR` from
+    # another directory.
+    (campaign.root / "pyproject.toml").unlink()
+    campaign.arm("demo")
+    campaign.simple_scripts("s1")
+    below = campaign.root / "below"
+    below.mkdir()
+    monkeypatch.chdir(below)
+    result = campaign.pytester.runpytest("--haico-experiments", "../experiments")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: haico: write --haico-experiments=../experiments (with '='): pytest read the "
+            "next word, ../experiments, as a test path before haico's options were known, and "
+            f"took the rootdir {campaign.root} instead of {below} from it"
+        ]
+    )

@@ -58,3 +58,25 @@ def test_init_refuses_an_empty_directory_others_can_write(tmp_path: Path) -> Non
         "a directory of your own"
     ]
     assert list(shared.iterdir()) == []
+
+
+def test_the_new_repositorys_gitignore_covers_results_and_the_catalogue(tmp_path: Path) -> None:
+    # `haico serve` without $CLUSTER_WORK registers under <rootdir>/catalogue, key files
+    # beside the entries.
+    made = _run("-m", "pytest_haico", "init", "new", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    root = tmp_path / "new"
+    (root / "catalogue").mkdir()
+    (root / "catalogue" / "judge.41.key").write_text("sk-secret\n")
+    (root / "results").mkdir()
+    (root / "results" / "ledger.jsonl").write_text("{}\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "catalogue/" not in listed and "results/" not in listed, listed
+    assert "experiments/arms/standin.toml" in listed, listed

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_haico.driver import transcripts
 from pytest_haico.driver.transcripts import TranscriptWriter
-from pytest_haico.ledger.rundir import ArmPaths
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.redact import Redactor
 
 

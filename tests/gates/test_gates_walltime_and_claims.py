@@ -47,7 +47,7 @@ def test_a_share_this_run_claimed_passes() -> None:
 
 def test_a_share_another_live_run_holds_fails_naming_it_and_the_claim(tmp_path: Path) -> None:
     claim = tmp_path / "claims" / "shard-0of2.default.json"
-    holder = "run 4242.1 (host gpu07, pid 123, Slurm job 4242, since 2026-12-01T10:00:00Z)"
+    holder = "run 4242.1 (host gpu07, pid 123, Slurm job 4242, since 2026-12-01T10:00:00+00:00)"
     result = check_output_collision(
         claimed=False, share="arm demo, shard 0/2, stratum default", holder=holder,
         claim_path=claim,

@@ -133,8 +133,7 @@ def test_a_missed_contains_fails_and_says_turn_expectation_and_answer(
         "turn 2: expected the answer to contain 'joke' and 'Crete', got 'On \"Tell me a joke.\""
     )
     assert run.explained["helpful-contains-missed-r0"] == (
-        f"helpful-contains-missed-r0: expectation_failed after 2 turn(s) "
-        f"(expectation_failed: {message})"
+        f"helpful-contains-missed-r0: expectation_failed after 2 turn(s): {message}"
     )
 
 
@@ -163,7 +162,8 @@ def test_a_tool_error_is_recorded_and_explained_under_the_verdict_that_wins(
     assert (missed["expectation"], missed["passed"]) == ("no_tool_error", False)
     assert missed["seen"].startswith(f"{record['turns'][0]['tool_errors']} tool errors, ")
     first, second = run.explained["bad_args-no-tool-error-r0"].splitlines()
-    assert first.startswith("bad_args-no-tool-error-r0: recursion_limit after 1 turn(s) (")
+    # The error's kind is the verdict: said once.
+    assert first.startswith("bad_args-no-tool-error-r0: recursion_limit after 1 turn(s): turn 1 ")
     assert second.startswith("  turn 1: expected no tool error, got ")
 
 

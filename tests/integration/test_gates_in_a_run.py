@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_haico.ledger.item_times import ItemTimes
-from pytest_haico.ledger.rundir import ArmPaths
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.procfs import is_alive
 from pytest_haico.runner.preflight import MIN_DUMP_SPACE, dump_space_needed, slowest_item
 from tests.harness import CONVERSATION_MODULE, CampaignProject

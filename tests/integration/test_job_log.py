@@ -127,15 +127,17 @@ def test_a_failed_items_explanation_appears_once_in_a_few_lines(
         transcript = block[-1].removeprefix("transcript: ")
         assert transcript != block[-1] and (root / transcript).is_file(), block
     assert "haico_conversation = Conversation(" not in text
-    # The short summary ends on the verdict, not on the explanation again.
+    # The short summary's word carries the verdict, and its message is not the explanation
+    # again.
     result.stdout.fnmatch_lines(
         [
-            "FAILED experiments/test_conversations.py::test_conversation[[]looper-chat-r0[]]"
-            " - recursion_limit",
-            "ERROR experiments/test_conversations.py::test_conversation[[]hang-doc-r0[]]"
-            " - infra_error",
+            "FAILED recursion_limit experiments/test_conversations.py::"
+            "test_conversation[[]looper-chat-r0[]] - after 1 turn(s)",
+            "ERROR infra_error experiments/test_conversations.py::"
+            "test_conversation[[]hang-doc-r0[]] - after 2 turn(s)",
         ]
     )
+    assert "recursion_limit after 1 turn(s) (recursion_limit:" not in text
 
 
 def test_an_infra_error_shows_no_fixture_source(failing_run: tuple[pytest.RunResult, Path]) -> None:

@@ -75,8 +75,8 @@ def test_a_second_run_of_the_same_share_is_refused_naming_the_first(
     second.stderr.fnmatch_lines(
         [
             f"ERROR: haico: {SHARE} is being run by run 1001.1 (host {HOST}, pid {first.pid}, "
-            "Slurm job 1001, since 20*Z); a second run would run its items again. Let that run "
-            "finish or cancel it; if it is dead (e.g. its node failed), remove "
+            "Slurm job 1001, since 20*+00:00); a second run would run its items again. Let that "
+            "run finish or cancel it; if it is dead (e.g. its node failed), remove "
             f"{claim_path(campaign)}, then rerun",
         ]
     )

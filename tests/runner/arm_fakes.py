@@ -15,9 +15,10 @@ from pytest_haico.config.items import ItemSpec
 from pytest_haico.driver.conversation import ConversationProgress, ConversationResult
 from pytest_haico.errors import StackError
 from pytest_haico.gates.result import GateResult, passed
+from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.ledger.recorder import ItemAttempt
 from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, TurnRecord
-from pytest_haico.ledger.rundir import ArmPaths, RunClaim
+from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.ledger.times import AttemptTimes
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import Redactor

@@ -15,6 +15,7 @@ from pytest_haico.errors import StackError
 from pytest_haico.ledger.recorder import Recorder
 from pytest_haico.runner.arm_run import ArmRun
 from pytest_haico.runner.arm_runs import ArmRuns
+from pytest_haico.runner.stopping import StopKind
 
 
 def test_a_failed_arm_fails_every_later_use_with_the_same_error_and_no_restart(
@@ -62,10 +63,10 @@ def test_a_failed_arm_fails_every_later_use_with_the_same_error_and_no_restart(
             runs.stack("demo")
         assert str(raised.value) == expected
     assert starts == ["demo"]
-    assert runs.stack_failure == expected
+    assert runs.stops.reason(StopKind.STACK_FAILED) == expected
     # Another arm has its own stack: it is tried (and fails here for its own reason).
     with pytest.raises(StackError, match="the stack of arm other did not start"):
         runs.stack("other")
     assert starts == ["demo", "other"]
-    assert runs.stack_failure == expected
+    assert runs.stops.reason(StopKind.STACK_FAILED) == expected
     recorder.close()

@@ -7,6 +7,7 @@ import grp
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,27 @@ def test_the_entry_is_in_the_results_mode_without_the_key_and_the_key_is_private
     assert document["model"]["config_sha256"] == "a" * 64
     assert document["model"]["shard_index_sha256"] == "b" * 64
     assert document["job"] == {"id": "41", "node": "gpu07", "restart_count": 0, "end_time": None}
+
+
+def test_git_never_adds_the_catalogue_in_a_repository(tmp_path: Path) -> None:
+    # Without $CLUSTER_WORK the catalogue is <rootdir>/catalogue, inside the experiments'
+    # repository: `git add -A` there must not take the served model's key.
+    repository = tmp_path / "project"
+    repository.mkdir()
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    catalogue = repository / "catalogue"
+    _register(catalogue, _entry())
+    assert (catalogue / "judge.41.key").is_file()
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "--ignored=no"],
+        cwd=repository,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert listed.stdout == ""
+    text = (catalogue / ".gitignore").read_text()
+    assert text.splitlines()[-1] == "*"
 
 
 def test_a_key_shared_with_a_group_is_0640_with_that_group(catalogue: Path) -> None:
@@ -241,9 +263,13 @@ def test_deregistering_removes_only_the_own_jobs_entry(catalogue: Path) -> None:
     _register(catalogue, _entry(job="42"), key="sk-successor")  # the successor registered
     assert not deregister(catalogue, "judge", job_id="41")
     assert read_entry(catalogue, "judge").job.id == "42"
-    assert sorted(p.name for p in catalogue.iterdir()) == ["judge.42.key", "judge.json"]
+    assert sorted(p.name for p in catalogue.iterdir()) == [
+        ".gitignore",
+        "judge.42.key",
+        "judge.json",
+    ]
     assert deregister(catalogue, "judge", job_id="42")
-    assert list(catalogue.iterdir()) == []
+    assert [p.name for p in catalogue.iterdir()] == [".gitignore"]
 
 
 def test_the_listing_says_which_entries_are_usable(catalogue: Path) -> None:

@@ -17,6 +17,7 @@ from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.ledger.recorder import Recorder
 from pytest_haico.runner.arm_run import ArmRun
 from pytest_haico.runner.arm_runs import ArmRuns
+from pytest_haico.runner.stopping import StopKind
 from tests.harness import CampaignProject
 
 
@@ -90,7 +91,7 @@ def test_before_the_session_starts_an_interrupt_is_held_until_collection(
 ) -> None:
     signals = _signals(tmp_path, started=False)
     signals._term(signal.SIGTERM, None)  # at configure or session start: nothing raised
-    assert signals.sessions.emergency is not None
+    assert signals.sessions.stops.get(StopKind.TERMINATED) is not None
     with pytest.raises(TerminatedError):
         signals.pytest_collection()
 
@@ -111,7 +112,7 @@ def test_during_teardown_int_and_term_cancel_but_never_raise(tmp_path: Path) -> 
     signals.sessions.tearing_down = True
     signals._int(signal.SIGINT, None)
     signals._term(signal.SIGTERM, None)
-    assert signals.sessions.emergency is not None
+    assert signals.sessions.stops.get(StopKind.TERMINATED) is not None
 
 
 class _StartingRun:

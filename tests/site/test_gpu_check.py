@@ -9,6 +9,7 @@ import csv
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,21 @@ def test_a_floor_in_cluster_env_that_is_no_number_is_one_line(
     status, lines, err = node.check(capsys, *QUICK)
     assert (status, lines) == (2, [])
     assert err == f"haico: {cluster_env}: GPU_MIN_TFLOPS: 'fast' is not a positive number\n"
+
+
+def test_the_log_is_named_by_the_utc_time_whatever_the_nodes_time_zone(
+    node: Node, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # 9 hours ahead, no summer time
+    time.tzset()
+    try:
+        before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        status, _, err = node.check(capsys, *QUICK, "--min-tflops", "1e-9", "--gpus", "2")
+        after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert (status, err) == (0, "")
+    [log] = node.logs.glob("gpu-*.csv")
+    stamp = log.name.removesuffix(".csv").rsplit("-", 1)[1]
+    assert before <= stamp <= after, log.name
