@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from pytest_haico.errors import CatalogueError
+from pytest_haico.serve.catalogue import read_entry
 from pytest_haico.serve.resolver import ServedModel, resolve_served
 from tests.polling import wait_for
-from tests.slurm.nodes import LOGIN, MultiNodeCluster
+from tests.slurm.nodes import LOGIN, MultiNodeCluster, missing_namespace_requirements
 from tests.slurm.test_serve_judge import JUDGE_ARM, SCRIPTS
 
 
@@ -206,3 +207,112 @@ def test_a_model_and_a_judge_served_on_other_nodes_serve_a_campaign_with_their_k
         assert site.gate(run_id, name)["passed"], site.gate(run_id, name)
     relay = site.results / "standin" / "runs" / run_id / "logs" / "model-relay.log"
     assert f"-> {model.entry.host}:{model.entry.port}" in relay.read_text()
+
+
+@pytest.fixture
+def broken_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    """A project on a three-node cluster of its own, for a test that breaks a node."""
+    reason = missing_namespace_requirements()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = MultiNodeCluster(tmp_path / "cluster", count=3)
+    cluster.start()
+    try:
+        yield _site(tmp_path, cluster, monkeypatch)
+    finally:
+        cluster.stop()
+
+
+def _commands_on(site: Site, node: str) -> list[str]:
+    commands = []
+    for pid in site.cluster.processes_on(node):
+        try:
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue  # ended meanwhile
+    return commands
+
+
+def test_a_model_job_requeued_off_a_dead_node_is_found_on_its_new_node_and_its_old_run_stops(
+    broken_site: Site,
+) -> None:
+    """The node's slurmd dies: the job's processes live on there, the controller finds the
+    node DOWN and requeues the job onto another. Its old entry is refused meanwhile; the new
+    run registers with its own key; the old run sees its place taken and stops its server,
+    leaving the new entry alone; the next campaign attempt uses the model on its new node."""
+    site, cluster = broken_site, broken_site.cluster
+    job = site.serve("standin")
+    first = _registered(site, "standin", job=job)
+    dead = first.entry.job.node
+    cluster.kill_slurmd(dead)
+    wait_for(
+        lambda: cluster.job_fields(job).get("Restarts") == "1",
+        timeout=120,
+        what=f"Slurm to requeue job {job} off {dead}",
+    )
+    if read_entry(site.catalogue, "standin").job.restart_count == 0:  # not yet registered again
+        with pytest.raises(CatalogueError, match=f"its job {job} (is PENDING|was requeued|runs)"):
+            resolve_served("standin", catalogue=site.catalogue)
+    again = _registered(site, "standin", job=job, restarts=1, timeout=240)
+    assert again.entry.host == again.entry.job.node != dead
+    assert again.key_file.name == f"standin.{job}.r1.key" and again.api_key() != first.api_key()
+
+    def old_run_stopped() -> bool:
+        left = _commands_on(site, dead)
+        return not any("serve.job" in c or "standins" in c for c in left)
+
+    wait_for(old_run_stopped, timeout=60, what=f"the old run on {dead} to stop its server")
+    log = (site.catalogue / "logs" / f"standin.{job}.out").read_text()
+    assert f"replaced by job {job} itself, requeued onto {again.entry.host} (restart 1)" in log
+    assert resolve_served("standin", catalogue=site.catalogue).entry == again.entry
+    assert again.key_file.exists()
+
+    node = _other_node(site, dead, again.entry.host)
+    campaign = site.campaign(node, "--haico-model", "standin")
+    assert _ended(site, campaign) == "COMPLETED", site.output(campaign)
+    records = site.records()
+    assert [r["verdict"] for r in records] == ["completed", "completed"], records
+    gate = site.gate(records[0]["run_id"], "served_model")
+    assert f"at http://{again.entry.host}:{again.entry.port}/v1, job {job}" in gate["detail"]
+
+
+def _queued_successor(log: Path) -> str:
+    said: list[str] = []
+
+    def queued() -> bool:
+        said[:] = (log.read_text() if log.exists() else "").split("renewal: queued job ", 1)[1:]
+        return bool(said)
+
+    wait_for(queued, timeout=120, what=f"{log.name} to queue its successor")
+    return said[0].split()[0]
+
+
+def test_a_renewed_model_job_hands_over_to_its_successor_on_another_node(site: Site) -> None:
+    """--time 3 --until 10 --renew-lead 2: the successor starts a minute after the first job,
+    on the least loaded node (the partition is LLN), registers there, and the first drains;
+    a campaign on a third node then uses the successor."""
+    logs = site.catalogue / "logs"
+    done = site.haico(
+        "serve", "standin", "--profile", "local", "--time", "3", "--until", "10",
+        "--renew-lead", "2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    first_job = done.stdout.split("submitted job ", 1)[1].split()[0]
+    first = _registered(site, "standin", job=first_job)
+    second_job = _queued_successor(logs / f"standin.{first_job}.out")
+    second = _registered(site, "standin", job=second_job, timeout=240)
+    assert second.entry.host == second.entry.job.node != first.entry.job.node
+    assert _ended(site, first_job, timeout=120) == "COMPLETED"
+    first_log = (logs / f"standin.{first_job}.out").read_text()
+    assert f"stopped (replaced by job {second_job})" in first_log, first_log
+
+    node = _other_node(site, first.entry.job.node, second.entry.job.node)
+    campaign = site.campaign(node, "--haico-model", "standin")
+    assert _ended(site, campaign) == "COMPLETED", site.output(campaign)
+    records = site.records()
+    assert [r["verdict"] for r in records] == ["completed", "completed"], records
+    assert {r["slurm"]["node"] for r in records} == {node}
+    gate = site.gate(records[0]["run_id"], "served_model")
+    assert (
+        f"at http://{second.entry.host}:{second.entry.port}/v1, job {second_job}" in gate["detail"]
+    )
