@@ -274,6 +274,16 @@ def test_a_model_job_requeued_off_a_dead_node_is_found_on_its_new_node_and_its_o
     assert [r["verdict"] for r in records] == ["completed", "completed"], records
     gate = site.gate(records[0]["run_id"], "served_model")
     assert f"at http://{again.entry.host}:{again.entry.port}/v1, job {job}" in gate["detail"]
+    # The identity gate holds against the model on its new node: an arm that says another
+    # configuration is refused before anything starts.
+    arm = site.root / "experiments" / "arms" / "standin.toml"
+    arm.write_text(arm.read_text().replace("max_model_len = 8192", "max_model_len = 4096"))
+    refused = cluster.run_on(
+        node, sys.executable, "-m", "pytest", "experiments", "-p", "no:cacheprovider",
+        "--haico-exit", "campaign", "--haico-model", "standin", env=site.env(), cwd=site.root,
+    )  # fmt: skip
+    assert refused.returncode == 78, refused.stdout[-3000:]
+    assert "vllm.max_model_len: served 8192, the arm's 4096" in refused.stdout, refused.stdout
 
 
 def _queued_successor(log: Path) -> str:
