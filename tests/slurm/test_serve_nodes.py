@@ -105,8 +105,12 @@ def _site(tmp_path: Path, cluster: MultiNodeCluster, monkeypatch: pytest.MonkeyP
 
 
 def _cancel_all(site: Site) -> None:
-    for job in site.cluster.run("squeue", "-h", "-o", "%i").stdout.split():
+    """Cancel every job left in the queue and wait for their ends."""
+    jobs = site.cluster.run("squeue", "-h", "-o", "%i").stdout.split()
+    for job in jobs:
         site.cluster.run("scancel", job)
+    if jobs:
+        site.cluster.wait_ended(*jobs, timeout=60)
 
 
 @pytest.fixture
@@ -124,9 +128,8 @@ def site(
     finally:
         _cancel_all(site)
         for node in cluster.compute:
-            cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
-        cluster.wait_ended(*(site.cluster.run("squeue", "-h", "-o", "%i").stdout.split() or
-                             ["0"]), timeout=60)  # fmt: skip
+            if cluster.state(node).rstrip("*") in ("drained", "draining", "drain"):
+                cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
 
 
 def _registered(
@@ -207,6 +210,31 @@ def test_a_model_and_a_judge_served_on_other_nodes_serve_a_campaign_with_their_k
         assert site.gate(run_id, name)["passed"], site.gate(run_id, name)
     relay = site.results / "standin" / "runs" / run_id / "logs" / "model-relay.log"
     assert f"-> {model.entry.host}:{model.entry.port}" in relay.read_text()
+
+
+def test_a_model_job_requeued_onto_another_node_is_found_there_by_the_next_attempt(
+    site: Site,
+) -> None:
+    """`scontrol requeue` with the model's node drained: the job's run ends (deregistering),
+    it runs again on another node, registers there with a new key, and a campaign attempt on
+    a third node resolves it there."""
+    cluster = site.cluster
+    job = site.serve("standin")
+    first = _registered(site, "standin", job=job)
+    old = first.entry.job.node
+    cluster.run("scontrol", "update", f"nodename={old}", "state=drain", "reason=test", check=True)
+    cluster.run("scontrol", "requeue", job, check=True)
+    again = _registered(site, "standin", job=job, restarts=1, timeout=240)
+    assert again.entry.host == again.entry.job.node != old
+    assert again.api_key() != first.api_key()
+    node = _other_node(site, old, again.entry.host)
+    assert _reachable_from(site, node, again) == 200
+    campaign = site.campaign(node, "--haico-model", "standin")
+    assert _ended(site, campaign) == "COMPLETED", site.output(campaign)
+    records = site.records()
+    assert [r["verdict"] for r in records] == ["completed", "completed"], records
+    gate = site.gate(records[0]["run_id"], "served_model")
+    assert f"at http://{again.entry.host}:{again.entry.port}/v1, job {job}" in gate["detail"]
 
 
 @pytest.fixture
