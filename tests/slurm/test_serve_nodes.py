@@ -221,12 +221,12 @@ def test_a_model_job_requeued_onto_another_node_is_found_there_by_the_next_attem
     cluster = site.cluster
     job = site.serve("standin")
     first = _registered(site, "standin", job=job)
-    old = first.entry.job.node
+    old, first_key = first.entry.job.node, first.api_key()
     cluster.run("scontrol", "update", f"nodename={old}", "state=drain", "reason=test", check=True)
     cluster.run("scontrol", "requeue", job, check=True)
     again = _registered(site, "standin", job=job, restarts=1, timeout=240)
     assert again.entry.host == again.entry.job.node != old
-    assert again.api_key() != first.api_key()
+    assert again.api_key() != first_key
     node = _other_node(site, old, again.entry.host)
     assert _reachable_from(site, node, again) == 200
     campaign = site.campaign(node, "--haico-model", "standin")
