@@ -35,6 +35,7 @@ from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.served import ServedCheck, served_name
 from pytest_haico.runner.walltime import WalltimeAdmission
+from pytest_haico.slurm.hostlist import this_host_names
 from pytest_haico.stack.request import ModelEndpoint
 
 if TYPE_CHECKING:
@@ -149,7 +150,8 @@ class ArmPreflights:
             share += f", {'strata' if len(strata) > 1 else 'stratum'} {', '.join(strata)}"
         name = served_name(self.settings, self.arms[arm])
         if name is not None:
-            self.served[arm] = ServedCheck(self.settings, self.arms[arm], name)
+            here = this_host_names(os.environ)
+            self.served[arm] = ServedCheck(self.settings, self.arms[arm], name, here=here)
         return static_gates(
             self.settings,
             self.arms[arm],

@@ -11,6 +11,7 @@ same model started by a run share items.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from pytest_haico.config.experiment import Arm
@@ -19,6 +20,7 @@ from pytest_haico.config.settings import Profile, Settings
 from pytest_haico.errors import CatalogueError
 from pytest_haico.gates.dynamic import SERVED_MODEL
 from pytest_haico.gates.result import GateResult, failed, passed
+from pytest_haico.serve.catalogue import CatalogueEntry
 from pytest_haico.serve.resolver import ServedModel, resolve_served
 from pytest_haico.stack.request import ModelEndpoint
 
@@ -33,10 +35,13 @@ def served_name(settings: Settings, arm: Arm) -> str | None:
 class ServedCheck:
     """The served model of one arm's run: resolved and gated once, at the run's start."""
 
-    def __init__(self, settings: Settings, arm: Arm, name: str) -> None:
+    def __init__(
+        self, settings: Settings, arm: Arm, name: str, *, here: Collection[str] = ()
+    ) -> None:
         self.settings = settings
         self.arm = arm
         self.name = name
+        self.here = frozenset(here)  # this host's names (`slurm.hostlist.this_host_names`)
         self.served: ServedModel | None = None
 
     def gate(self) -> GateResult:
@@ -88,13 +93,22 @@ class ServedCheck:
 
     def endpoint(self) -> ModelEndpoint:
         """The endpoint the backend is given, with its key (after a passed gate). A server
-        on this node is named under .localhost, whose host says `vllm` to the backend; one
-        on another node is reached through the stack's relay, named so too."""
+        on this node (it serves on every interface) is named under .localhost, whose host
+        says `vllm` to the backend; one on another node is reached through the stack's
+        relay, named so too (the backend would not send its key to `http://<node>:…`)."""
         assert self.served is not None, "the served_model gate has not passed"
-        entry = self.served.entry
-        if entry.host in _LOOPBACK:
-            return ModelEndpoint(f"http://vllm.localhost:{entry.port}/v1", self._api_key)
-        return ModelEndpoint(entry.endpoint, self._api_key)
+        return backend_endpoint(self.served.entry, self._api_key, here=self.here)
+
+
+def backend_endpoint(
+    entry: CatalogueEntry, api_key: str, *, here: Collection[str] = ()
+) -> ModelEndpoint:
+    """How a backend on the host named `here` reaches the served model of `entry`: on its
+    own loopback under `vllm.localhost` when the model runs on this host, else at the
+    entry's node (which the stack relays: `ModelEndpoint.relayed`)."""
+    if entry.host in _LOOPBACK or entry.host in here:
+        return ModelEndpoint(f"http://vllm.localhost:{entry.port}/v1", api_key)
+    return ModelEndpoint(entry.endpoint, api_key)
 
 
 def identity_differences(arm: Arm, served: ServedModel, *, profile: Profile) -> list[str]:

@@ -6,9 +6,11 @@ An entry says where a served model answers and what it is (schema 1, one JSON ob
 identity's fields for a reader: config.json's and the shard index's sha256, or HF id and
 revision; derived, never read back), `job` (`id`, `node`, `restart_count`, `end_time` in
 UTC or null), `owner` (`uid`, `name`), `arm`, `registered_at` and `key_file`. The API key
-is never in the entry: it is in `key_file`, `<name>.<job id>.key` beside it, 0600, or 0640
-with a Unix group when serving shares it (one key file per job, so a successor's new key
-never meets its predecessor's entry).
+is never in the entry: it is in `key_file`, `<name>.<job id>.key` beside it (`<name>.<job
+id>.r<restart>.key` once Slurm requeued the job), 0600, or 0640 with a Unix group when
+serving shares it (one key file per job and run of it, so a successor's new key never meets
+its predecessor's entry, nor a requeued job's its earlier run's, which may still be alive on
+a node that stopped answering).
 
 Trust. The catalogue is data another user could write, so a reader trusts it only as far
 as its directory's owner: the directory must be a real directory of the reading user that
@@ -122,7 +124,10 @@ def entry_path(catalogue: Path, name: str) -> Path:
     return catalogue / f"{name}{_ENTRY_SUFFIX}"
 
 
-def key_file_name(name: str, job_id: str) -> str:
+def key_file_name(name: str, job_id: str, restart_count: int = 0) -> str:
+    """The key file of `name` served by job `job_id` in its run `restart_count`."""
+    if restart_count:
+        return f"{name}.{job_id}.r{restart_count}.key"
     return f"{name}.{job_id}.key"
 
 
@@ -245,21 +250,22 @@ def register(
     return path
 
 
-def deregister(catalogue: Path, name: str, *, job_id: str) -> bool:
-    """Remove `name`'s entry if it is job `job_id`'s (never another job's: a successor's
-    stays), and that job's key file in any case. True when an entry was removed."""
+def deregister(catalogue: Path, name: str, *, job_id: str, restart_count: int = 0) -> bool:
+    """Remove `name`'s entry if it is run `restart_count` of job `job_id` (never another
+    job's, a successor's, nor a later run's of the same job, requeued onto another node),
+    and that run's key file in any case. True when an entry was removed."""
     removed = False
     path = entry_path(catalogue, name)
     try:
         entry = CatalogueEntry.from_json(read_owned_file(path), where=path)
     except (FileNotFoundError, UntrustedFileError, CatalogueError):
         entry = None
-    if entry is not None and entry.job.id == job_id:
+    if entry is not None and (entry.job.id, entry.job.restart_count) == (job_id, restart_count):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed = True
     with contextlib.suppress(FileNotFoundError):
-        (catalogue / key_file_name(name, job_id)).unlink()
+        (catalogue / key_file_name(name, job_id, restart_count)).unlink()
     return removed
 
 

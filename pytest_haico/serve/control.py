@@ -100,7 +100,7 @@ def stop(catalogue: Path, name: str, *, say: Say) -> int:
             if _cancel_others(name, None, say=say):
                 return 0
         entry = read_entry(catalogue, name)  # unknown or untrusted: that error, as it is
-        deregister(catalogue, name, job_id=entry.job.id)
+        deregister(catalogue, name, job_id=entry.job.id, restart_count=entry.job.restart_count)
         say(f"haico: removed the stale entry of {name!r} ({staleness(entry)})")
         _cancel_others(name, entry.job.id, say=say)
         return 0

@@ -3,9 +3,10 @@ script `templates/serve.sbatch` (which forwards USR1 to it, and survives TERM so
 process can deregister before SIGKILL).
 
 It starts the arm's model server as a campaign's stack would (`stack.arm_stack.
-build_model_service`, the same health wait), on the cluster profile on every interface
-of its node (the key guards it), on the local profile on loopback (the stand-in: one
-node). Once healthy it registers `<catalogue>/<name>.json` and its key file, queues its
+build_model_service`, the same health wait), on every interface of its node (the key
+guards it), on either profile: its clients run on other nodes (a campaign's backend
+reaches it through its relay, a judge's scorer directly). Once healthy it registers
+`<catalogue>/<name>.json` under its node's name, and its key file, queues its
 successor when it renews (`serve.renewal`), then waits: for TERM (the time limit,
 `scancel`, a requeue), USR1 (Slurm's warning before the end, `haico serve stop`), INT or
 HUP, the model server's death, or its successor's entry in its place (then it drains). On
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=profile,
             api_key=api_key,
             site=site,
-            host="0.0.0.0" if profile is Profile.CLUSTER else "127.0.0.1",
+            host="0.0.0.0",
         )
         log_dir = args.log_dir / f"{args.name}.{_job_key(job)}"
         orchestrator = Orchestrator([service], log_dir, log_mode=args.file_mode, poll_interval=0.1)
@@ -111,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _log.error("the model server did not start: %s", exc)
         return EXIT_SIGNALLED if signalled else EXIT_NOT_STARTED
     catalogue, name, job_id = args.catalogue, args.name, _job_key(job)
+    restarts = job.restart_count
     try:
         port = orchestrator.port(service.name)
         entry = _entry(args, arm, job, port=port, profile=profile, site=site)
@@ -131,13 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop,
             server,
             signalled,
-            replaced=_replaced_by(catalogue, name, job_id),
+            replaced=replaced_by(catalogue, name, entry.job),
             drain=lambda: _drain(stop, server, metrics, api_key),
         )
     except HaicoError as exc:
         status, why = EXIT_DIED, f"could not register: {exc}"
     finally:
-        removed = deregister(catalogue, name, job_id=job_id)
+        removed = deregister(catalogue, name, job_id=job_id, restart_count=restarts)
         _log.info("deregistered %s" if removed else "%s: no entry of this job to remove", name)
         orchestrator.stop()
     _log.info("stopped (%s)", why)
@@ -191,15 +193,22 @@ def _renew(args: argparse.Namespace, arm: Arm, job_id: str, *, started: datetime
         _log.error("renewal: the successor could not be queued: %s", exc)
 
 
-def _replaced_by(catalogue: Path, name: str, job_id: str) -> Callable[[], str | None]:
-    """A check: the id of the job whose entry is in this job's place, else None."""
+def replaced_by(catalogue: Path, name: str, ours: EntryJob) -> Callable[[], str | None]:
+    """A check: which job holds this job's place in the catalogue now, else None. That is
+    another job (a successor), or this job itself run again elsewhere: Slurm requeued it
+    after its node stopped answering, while this process kept running there."""
 
     def check() -> str | None:
         try:
-            holder = read_entry(catalogue, name).job.id
+            holder = read_entry(catalogue, name).job
         except CatalogueError:
             return None  # gone or unreadable: nobody took over
-        return holder if holder != job_id else None
+        if holder.id != ours.id:
+            return f"job {holder.id}"
+        if holder.restart_count != ours.restart_count or holder.node != ours.node:
+            where = f"{holder.node} (restart {holder.restart_count})"
+            return f"job {holder.id} itself, requeued onto {where}"
+        return None
 
     return check
 
@@ -236,7 +245,7 @@ def _entry(
     uid = os.geteuid()
     return CatalogueEntry(
         name=args.name,
-        host=job.node if profile is Profile.CLUSTER else "127.0.0.1",
+        host=job.node,
         port=port,
         served_name=arm.served_name,
         identity=ServedIdentity(
@@ -250,7 +259,7 @@ def _entry(
         owner=EntryOwner(uid=uid, name=_user_name(uid)),
         arm=arm.name,
         registered_at=now_utc(),
-        key_file=key_file_name(args.name, job_id),
+        key_file=key_file_name(args.name, job_id, job.restart_count),
     )
 
 
@@ -300,9 +309,9 @@ def _wait(
             return EXIT_DIED, died
         successor = replaced()
         if successor is not None:
-            _log.info("replaced by job %s: draining", successor)
+            _log.info("replaced by %s: draining", successor)
             drain()
-            return EXIT_SIGNALLED, f"replaced by job {successor}"
+            return EXIT_SIGNALLED, f"replaced by {successor}"
     return EXIT_SIGNALLED, signalled[-1] if signalled else "a signal"
 
 

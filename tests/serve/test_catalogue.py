@@ -25,6 +25,7 @@ from pytest_haico.serve.catalogue import (
     read_entry,
     register,
 )
+from pytest_haico.serve.job import replaced_by
 from pytest_haico.serve.resolver import JobLookup, list_served, resolve_served
 from pytest_haico.slurm.client import NoAnswer
 from pytest_haico.slurm.records import JobRecord
@@ -34,19 +35,24 @@ VLLM = {"max_model_len": 8192, "tensor_parallel_size": 1, "tool_call_parser": "h
 
 
 def _entry(
-    name: str = "judge", *, job: str = "41", restarts: int = 0, uid: int | None = None
+    name: str = "judge",
+    *,
+    job: str = "41",
+    restarts: int = 0,
+    uid: int | None = None,
+    node: str = "gpu07",
 ) -> CatalogueEntry:
     return CatalogueEntry(
         name=name,
-        host="gpu07",
+        host=node,
         port=8011,
         served_name="qwen32b",
         identity=ServedIdentity(model=IDENTITY, vllm=VLLM, vllm_version="0.32.0"),
-        job=EntryJob(id=job, node="gpu07", restart_count=restarts, end_time=None),
+        job=EntryJob(id=job, node=node, restart_count=restarts, end_time=None),
         owner=EntryOwner(uid=os.geteuid() if uid is None else uid, name="me"),
         arm="qwen32b",
         registered_at=now_utc(),
-        key_file=key_file_name(name, job),
+        key_file=key_file_name(name, job, restarts),
     )
 
 
@@ -272,6 +278,25 @@ def test_deregistering_removes_only_the_own_jobs_entry(catalogue: Path) -> None:
     assert [p.name for p in catalogue.iterdir()] == [".gitignore"]
 
 
+def test_an_earlier_run_of_a_requeued_job_leaves_the_later_runs_entry_and_key(
+    catalogue: Path,
+) -> None:
+    """Slurm requeued job 41 from gpu07, whose slurmd stopped answering, onto gpu08, while its
+    first run lived on: when that run ends, the entry and key of the run on gpu08 stay."""
+    _register(catalogue, _entry(job="41"), key="sk-first")
+    _register(catalogue, _entry(job="41", restarts=1, node="gpu08"), key="sk-again")
+    assert sorted(p.name for p in catalogue.iterdir()) == [
+        "judge.41.key",
+        "judge.41.r1.key",
+        "judge.json",
+    ]
+    assert not deregister(catalogue, "judge", job_id="41", restart_count=0)
+    served = resolve_served("judge", catalogue=catalogue, lookup=_running(host="gpu08", restarts=1))
+    assert (served.entry.host, served.api_key()) == ("gpu08", "sk-again")
+    assert deregister(catalogue, "judge", job_id="41", restart_count=1)
+    assert list(catalogue.iterdir()) == []
+
+
 def test_the_listing_says_which_entries_are_usable(catalogue: Path) -> None:
     _register(catalogue, _entry("judge", job="41"))
     _register(catalogue, _entry("gen", job="7"))
@@ -290,3 +315,16 @@ def test_the_listing_says_which_entries_are_usable(catalogue: Path) -> None:
     assert listings["gen"].problem == "its job 7 has ended (Slurm no longer knows it)"
     assert listings["broken"].entry is None
     assert "is not a catalogue entry" in str(listings["broken"].problem)
+
+
+def test_a_model_job_sees_its_place_taken_by_a_successor_or_its_own_requeued_run(
+    catalogue: Path,
+) -> None:
+    first = _entry(job="41")
+    _register(catalogue, first)
+    replaced = replaced_by(catalogue, "judge", first.job)
+    assert replaced() is None
+    _register(catalogue, _entry(job="41", restarts=1, node="gpu08"))
+    assert replaced() == "job 41 itself, requeued onto gpu08 (restart 1)"
+    _register(catalogue, _entry(job="42"))
+    assert replaced() == "job 42"

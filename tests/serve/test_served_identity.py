@@ -8,7 +8,7 @@ from typing import Any
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.identity import model_identity
 from pytest_haico.config.settings import Profile
-from pytest_haico.runner.served import identity_differences
+from pytest_haico.runner.served import backend_endpoint, identity_differences
 from pytest_haico.serve.catalogue import (
     CatalogueEntry,
     EntryJob,
@@ -73,3 +73,21 @@ def test_another_revision_and_served_name_are_named() -> None:
         "served name 'other', the arm's 'q'",
         "model.revision: served 'def', the arm's 'abc'",
     ]
+
+
+def test_a_backend_reaches_a_model_on_its_node_on_loopback_and_one_elsewhere_by_relay() -> None:
+    """The backend sends VLLM_API_KEY only to a host named `vllm`: a model on another node
+    is relayed (the stack's relay listens on loopback under vllm.localhost)."""
+    entry = _served(_arm("judge")).entry.model_copy(update={"host": "node1"})
+    here = backend_endpoint(entry, "sk-k", here={"node1", "node1.cluster"})
+    assert (here.url, here.api_key, here.relayed) == (
+        "http://vllm.localhost:8011/v1",
+        "sk-k",
+        False,
+    )
+    elsewhere = backend_endpoint(entry, "sk-k", here={"node2"})
+    assert (elsewhere.url, elsewhere.relayed, elsewhere.host_port) == (
+        "http://node1:8011/v1",
+        True,
+        ("node1", 8011),
+    )

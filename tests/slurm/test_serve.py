@@ -105,7 +105,8 @@ def test_a_served_model_registers_answers_with_its_key_and_deregisters_when_stop
     status, out = _serve(capsys, "--list")
     assert status == 0 and out.startswith(f"standin  {served.endpoint}  served_name=standin"), out
     status, out = _serve(capsys, "status", "standin")
-    assert status == 0 and "  healthy: GET http://127.0.0.1:" in out, out
+    # It serves on its node's interfaces, under the node's name (for clients elsewhere).
+    assert status == 0 and f"  healthy: GET http://{served.entry.job.node}:" in out, out
 
     status, out = _serve(capsys, "standin", "--profile", "local")
     assert status == 2
