@@ -25,6 +25,7 @@ STATIC = [
     "vllm_environment",
     "inputs_present",
     "results_writable",
+    "node_tmpdir",
     "walltime",
     "output_collision",
 ]
@@ -232,7 +233,7 @@ def test_gates_only_passes_weak_personas_prints_the_tables_and_runs_no_item(
         (run,) = run_dirs(campaign, persona)
         result.stdout.fnmatch_lines(
             [
-                f"gates of arm {persona}: all 18 passed ({run / 'gates.json'})",
+                f"gates of arm {persona}: all 19 passed ({run / 'gates.json'})",
                 "  gate                    result  seconds  detail",
                 "  prohibited_environment  ok *",
                 "  canary_turn             ok * served by 'vllm', '*'*",
@@ -265,7 +266,7 @@ def test_gates_only_with_a_failed_gate_prints_every_arms_table_and_exits_78(
             "  tool_choice_auto        FAILED * the model server refuses tool calls as the "
             "backend sends them: HTTP 400: *",
             f"  fix (tool_choice_auto): {literal(TOOLS_FIX)}",
-            f"gates of arm good: all 18 passed ({passed / 'gates.json'})",
+            f"gates of arm good: all 19 passed ({passed / 'gates.json'})",
             "gate failed (exit 78): arm demo: gate tool_choice_auto failed: *",
         ]
     )
