@@ -48,8 +48,9 @@ class Blame:
     @property
     def text(self) -> str:
         return (
-            f"{len(self.failures)} attempts failed there ({'; '.join(self.failures)}), "
-            f"{self.elsewhere} recorded items on other nodes"
+            f"{len(self.failures)} attempts failed there: {'; '.join(self.failures)}; "
+            f"{self.elsewhere} attempt{'s' if self.elsewhere != 1 else ''} of the same arm "
+            "recorded items on other nodes"
         )
 
 

@@ -55,9 +55,9 @@ def test_failures_clustered_on_one_node_rerun_those_shares_excluding_it(
             f"haico: full demo.default task 1 (job {full}_1): FAILED 75:0, * owed*: rerun "
             "(round 2): exit 75: drained, or items owed a retry; node hn2 excluded (2 attempts "
             "failed there)",
-            f"haico: the reruns exclude node(s) hn2 (2 attempts failed there ({full}_0: "
-            f"NODE_FAIL; {full}_1.1: 2 of its 2 records infrastructure failures), 2 recorded "
-            "items on other nodes)",
+            f"haico: the reruns exclude node(s) hn2 (2 attempts failed there: {full}_0: "
+            f"NODE_FAIL; {full}_1.1: 2 of its 2 records infrastructure failures; 2 attempts of "
+            "the same arm recorded items on other nodes)",
             "# *.continue-1.demo.default: *",
             "*--exclude=hn2*",
         ],
@@ -90,7 +90,7 @@ def test_an_excluded_node_stays_excluded_in_later_rounds(campaign: Campaign) -> 
         [
             f"haico: continue-1 demo.default task 0 (job {second}_0): TIMEOUT 0:0, *: rerun "
             "(round 3): out of walltime",
-            "haico: the reruns exclude node(s) hn2 (2 attempts failed there *)",
+            "haico: the reruns exclude node(s) hn2 (2 attempts failed there: *)",
         ],
     )
     [third] = campaign.slurm.named(".continue-2.demo.default")
@@ -190,7 +190,7 @@ def test_excluding_every_node_of_the_partition_stops_and_names_them(campaign: Ca
         [
             "haico: continue-1 demo.default task 0 (*): NODE_FAIL 0:0, *: terminal: its node "
             "failed, but every node of the default partition is excluded: hn1 (2 attempts "
-            "failed there *), hn2 (2 attempts failed there *); ask your site to look at them "
+            "failed there: *), hn2 (2 attempts failed there: *); ask your site to look at them "
             "(sinfo -R), then `haico continue --no-exclude` runs on them again",
         ],
     )
