@@ -102,6 +102,11 @@ class LedgerWriteError(HaicoError):
     """A record could not be appended and fsynced; the run stops rather than lose it."""
 
 
+class ShareTakenOverError(LedgerWriteError):
+    """Another run took this run's share (its job requeued elsewhere while this run lived
+    on, cut off from Slurm): this run records nothing more, so no item is recorded twice."""
+
+
 class NotAdmittedError(HaicoError):
     """A submitted conversation was never started: the runner had stopped admitting."""
 

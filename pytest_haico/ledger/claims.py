@@ -116,6 +116,17 @@ class ShareClaim:
     path: Path
     content: bytes
 
+    def taken_by(self) -> Holder | None:
+        """The run that holds the claim now, if not this one (a requeue of our job broke our
+        claim while we lived on); None while it is ours, or cannot be read."""
+        try:
+            found = read_results_file(self.path)
+        except (OSError, NotAnInputError):
+            return None  # gone or unreadable: nothing says another run holds it
+        if found == self.content:
+            return None
+        return Holder.parse(found)
+
     def release(self) -> None:
         """Remove the claim if it is still ours (a run judged dead may have lost it)."""
         try:

@@ -21,7 +21,7 @@ from pytest_haico.config.item_list import ItemList
 from pytest_haico.config.items import ItemSpec
 from pytest_haico.config.settings import Shard
 from pytest_haico.config.slurm import SlurmJob
-from pytest_haico.errors import LedgerWriteError, ResultsError
+from pytest_haico.errors import LedgerWriteError, ResultsError, ShareTakenOverError
 from pytest_haico.files import DEFAULT_FILE_MODE, describe_filesystem, make_dirs
 from pytest_haico.ledger.claims import Holder, ShareClaim, claim_share
 from pytest_haico.ledger.jsonl import LedgerWriter
@@ -200,6 +200,7 @@ class Recorder:
             )
             record = redact_record(record, redactor)
             try:
+                self._check_share(spec.arm.name, spec.stratum)
                 self._writers[spec.arm.name].append(record)
             except LedgerWriteError as exc:
                 self.write_failure = self.write_failure or exc
@@ -248,6 +249,18 @@ class Recorder:
             self._claims[arm] = claim
             self._writers[arm] = LedgerWriter(paths.ledger(claim.run_id), file_mode=self.file_mode)
         return claim
+
+    def _check_share(self, arm: str, stratum: str) -> None:
+        """Raise `ShareTakenOverError` when another run holds this run's share now."""
+        claim = self._shares.get((arm, stratum))
+        holder = claim.taken_by() if claim is not None else None
+        if holder is not None:
+            raise ShareTakenOverError(
+                f"arm {arm}, {self.share}, stratum {stratum}: run {holder.run_id} (pid "
+                f"{holder.pid} on {holder.host}, job {holder.job} restart {holder.restart_count})"
+                " took this run's share: its job was requeued while this run lived on; this "
+                "run records nothing more and stops"
+            )
 
     def _claim_share(self, arm: str, stratum: str, run_id: str) -> ShareClaim:
         # A list's shards are by position, unrelated to the id-hash shards of the same I/N:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,20 @@ def test_the_claim_of_the_job_a_chain_continues_is_taken_over(tmp_path: Path) ->
 def test_a_chain_predecessor_that_is_not_a_job_is_refused(value: str) -> None:
     with pytest.raises(ConfigError, match="HAICO_CHAIN_PREV"):
         SlurmJob.from_environ({"HAICO_CHAIN_PREV": value})
+
+
+def test_a_run_whose_share_a_requeue_of_its_job_took_sees_who_took_it(tmp_path: Path) -> None:
+    """The node's slurmd died, Slurm requeued the job elsewhere, the first run lives on:
+    the requeued run breaks its claim, and the first run is told at its next record."""
+    path = tmp_path / "share.claim"
+    job = SlurmJob(job_id="7", array_job_id="7", array_task_id="0", restart_count=0, node="n1")
+    first = claim_share(path, Holder.current(job, "7_0.1"), share="s", file_mode=0o600)
+    assert first.taken_by() is None
+    requeued = SlurmJob(job_id="7", array_job_id="7", array_task_id="0", restart_count=1, node="n2")
+    on_n2 = replace(Holder.current(requeued, "7_0r1.1"), host="n2")  # elsewhere: it cannot
+    again = claim_share(path, on_n2, share="s", file_mode=0o600)  # see the first run alive
+    taker = first.taken_by()
+    assert taker is not None and (taker.run_id, taker.restart_count) == ("7_0r1.1", 1)
+    assert again.taken_by() is None
+    first.release()  # leaves the requeued run's claim alone
+    assert path.read_bytes() == again.content
