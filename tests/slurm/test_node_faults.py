@@ -43,14 +43,23 @@ def _running_items(project: Project, job: str) -> str:
     return project.cluster.job_fields(f"{job}_0")["BatchHost"]
 
 
-def test_a_task_whose_node_loses_slurmd_is_requeued_and_every_item_is_recorded_once(
-    cluster: MultiNodeCluster, tmp_path: Path
+@pytest.mark.parametrize("fault", ["slurmd killed", "network cut", "reboot"])
+def test_a_task_whose_node_fails_is_requeued_and_every_item_is_recorded_once(
+    cluster: MultiNodeCluster, tmp_path: Path, fault: str
 ) -> None:
+    """slurmd killed or the network cut: the node goes DOWN, its first run lives on; a
+    reboot: the node's processes die and its TMPDIR is wiped. Either way Slurm requeues
+    the task elsewhere."""
     project = make_project(tmp_path, cluster, host=LOGIN)
     work_items(project, count=8, turns=2, latency_ms=6000)  # 12 s an item, one at a time
     full = smoke_then_full(project, tasks=1, time="10")
     node = _running_items(project, full)
-    cluster.kill_slurmd(node)
+    if fault == "slurmd killed":
+        cluster.kill_slurmd(node)
+    elif fault == "network cut":
+        cluster.cut_network(node)
+    else:
+        cluster.reboot(node)
     # The controller finds the node gone and requeues the task (JobRequeue=1) elsewhere,
     # while its first run, cut off from Slurm, lives on.
     wait_for(
@@ -59,6 +68,8 @@ def test_a_task_whose_node_loses_slurmd_is_requeued_and_every_item_is_recorded_o
         what=f"Slurm to requeue {full}_0 off {node}",
     )
     assert cluster.wait_ended(full, timeout=300) == {f"{full}_0": "COMPLETED"}
+    if fault == "network cut":
+        cluster.restore_network(node)
     records = project.records()
     terminal = Counter(r["item_id"] for r in records if r["verdict"] in TERMINAL)
     assert len(terminal) == 8, terminal
@@ -70,8 +81,7 @@ def test_a_task_whose_node_loses_slurmd_is_requeued_and_every_item_is_recorded_o
         cluster.job_fields(f"{full}_0")["BatchHost"],
     }
     [log] = project.campaign_dir.glob(f"submissions/*/logs/full.*-{full}_0.out")
-    assert "took this run's share: its job was requeued while this run lived on" in (
-        log.read_text()
-    )
+    lived_on = "took this run's share: its job was requeued while this run lived on"
+    assert (lived_on in log.read_text()) == (fault != "reboot")
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout
