@@ -44,6 +44,7 @@ MARKERS = (
 FIXTURE_MARKS = {
     "slurm_cluster": ("slurm",),
     "slurm_nodes": ("slurm",),
+    "broken_cluster": ("slurm",),
     "postgres_service": ("stack", "postgres"),
     "standin_launcher": ("stack",),
 }

@@ -4,6 +4,7 @@ once per session, stopped by PID."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,17 @@ def slurm_nodes(
     finally:
         for cluster in clusters.values():
             cluster.stop()
+
+
+@pytest.fixture
+def broken_cluster(tmp_path: Path) -> Iterator[MultiNodeCluster]:
+    """A three-node cluster of the test's own, for a test that breaks a node."""
+    reason = missing_requirements() or missing_namespace_requirements()
+    if reason is not None:
+        pytest.skip(f"no multi-node Slurm here: {reason}")
+    cluster = MultiNodeCluster(tmp_path / "cluster", count=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -5,33 +5,16 @@ alone with the node excluded, says so, records it, and the campaign finishes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.slurm.cluster import missing_requirements
-from tests.slurm.nodes import LOGIN, MultiNodeCluster, missing_namespace_requirements
+from tests.slurm.nodes import LOGIN, MultiNodeCluster
 from tests.slurm.project import Project, make_project, terminal_once, work_items
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[MultiNodeCluster]:
-    """A cluster of its own: this test breaks a node."""
-    reason = missing_requirements() or missing_namespace_requirements()
-    if reason is not None:
-        pytest.skip(f"no multi-node Slurm here: {reason}")
-    cluster = MultiNodeCluster(tmp_path / "cluster", count=3)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def test_haico_continue_reruns_a_bad_nodes_tasks_elsewhere_excluding_it(
-    cluster: MultiNodeCluster, tmp_path: Path
+    broken_cluster: MultiNodeCluster, tmp_path: Path
 ) -> None:
+    cluster = broken_cluster
     project: Project = make_project(tmp_path, cluster, host=LOGIN)
     work_items(project, count=36, turns=1, latency_ms=20)  # 2 to 11 in each of 6 shards
     smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")

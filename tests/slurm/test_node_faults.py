@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.polling import wait_for
-from tests.slurm.cluster import missing_requirements
-from tests.slurm.nodes import LOGIN, MultiNodeCluster, missing_namespace_requirements
+from tests.slurm.nodes import LOGIN, MultiNodeCluster
 from tests.slurm.project import TERMINAL, Project, make_project, smoke_then_full, work_items
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[MultiNodeCluster]:
-    """A cluster of its own: these tests break a node."""
-    reason = missing_requirements() or missing_namespace_requirements()
-    if reason is not None:
-        pytest.skip(f"no multi-node Slurm here: {reason}")
-    cluster = MultiNodeCluster(tmp_path / "cluster", count=3)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _running_items(project: Project, job: str) -> str:
@@ -45,11 +29,12 @@ def _running_items(project: Project, job: str) -> str:
 
 @pytest.mark.parametrize("fault", ["slurmd killed", "network cut", "reboot"])
 def test_a_task_whose_node_fails_is_requeued_and_every_item_is_recorded_once(
-    cluster: MultiNodeCluster, tmp_path: Path, fault: str
+    broken_cluster: MultiNodeCluster, tmp_path: Path, fault: str
 ) -> None:
     """slurmd killed or the network cut: the node goes DOWN, its first run lives on; a
     reboot: the node's processes die and its TMPDIR is wiped. Either way Slurm requeues
     the task elsewhere."""
+    cluster = broken_cluster
     project = make_project(tmp_path, cluster, host=LOGIN)
     work_items(project, count=8, turns=2, latency_ms=6000)  # 12 s an item, one at a time
     full = smoke_then_full(project, tasks=1, time="10")
