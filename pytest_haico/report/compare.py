@@ -4,8 +4,11 @@ and token deltas — and the run-config keys that differ.
 
 An operand is a campaign directory, an arm directory, a run directory
 (`<arm>/runs/<run_id>`), a run's ledger (`<arm>/ledger/<run_id>.jsonl`), or a campaign or
-arm directory and a run, `DIR@RUN_ID`, `DIR@latest` or `DIR@previous` (of the runs under
-DIR, ordered by their start). The header names each side's runs and their start, and
+arm directory and a run: `DIR@RUN_ID`, `DIR@latest` (DIR's newest run, by start) or
+`DIR@previous` (DIR before its newest run: every earlier run, each item's newest record
+among them, so that `DIR@previous DIR@latest` pairs every item the newest run ran again).
+A path that is not there from the working directory is looked up under the results root.
+The header names each side's runs and their start, and
 lists the items only one side has. Items are matched by arm, script and repeat when both
 sides hold the same arms, else (one arm each, e.g. two arms of one campaign) by script and
 repeat.
@@ -80,29 +83,33 @@ class Pair:
 
 
 def load_operand(operand: str) -> Results:
-    """`DIR@RUN_ID`, `DIR@latest`, `DIR@previous`, or any path `load_results` reads."""
+    """`DIR@RUN_ID`, `DIR@latest`, `DIR@previous` (every run before the newest), or any path
+    `load_results` reads."""
     path, at, run = operand.rpartition("@")
     if not (at and path and run and "/" not in run):
         return load_results(operand)
     results = load_results(path)
     order = [run_id for run_id, _ in run_starts(results)]
-    if run in ("latest", "previous"):
-        index = -1 if run == "latest" else -2
-        if len(order) < -index:
+    if run == "previous":
+        if len(order) < 2:
             raise ResultsReadError(
                 f"{path} holds one run ({', '.join(order)}), so there is no previous run: "
                 f"run the campaign again, or compare with {path}@{order[-1]}"
             )
-        run = order[index]
-    elif run not in order:
+        kept = set(order[:-1])  # what the campaign held before its newest run
+    elif run == "latest":
+        kept = {order[-1]}
+    elif run in order:
+        kept = {run}
+    else:
         raise ResultsReadError(
             f"{path} holds no run {run!r}: its runs are {', '.join(order)} "
             f"(or give {path}@latest or {path}@previous)"
         )
     return Results(
         results.path,
-        [r for r in results.records if r.run_id == run],
-        [o for o in results.orphans if o.run_id == run],
+        [r for r in results.records if r.run_id in kept],
+        [o for o in results.orphans if o.run_id in kept],
         results.warnings,
     )
 

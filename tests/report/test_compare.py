@@ -100,7 +100,9 @@ def test_compare_of_a_path_that_is_no_campaign_is_one_line_and_exit_2(
 
 
 def test_compare_names_both_runs_and_the_items_only_one_side_has(
-    campaign: CampaignProject, capsys: pytest.CaptureFixture[str]
+    campaign: CampaignProject,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     campaign.simple_scripts("alpha", "beta")
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
@@ -149,9 +151,27 @@ def test_compare_names_both_runs_and_the_items_only_one_side_has(
         rf"A: 2 runs {first_run} {stamp}, {second_run} {stamp} in {results} \(3 items\)", header
     )
 
+    # Every item again (--haico-no-resume): @previous is the campaign before that run, both
+    # earlier runs, so it pairs all three items; the names are under the results root.
+    third = campaign.run_subprocess(
+        "--haico-exit", "campaign", "--haico-campaign", "c", "--haico-no-resume"
+    )
+    assert third.ret == 0, third.stdout.str()
+    before, after = load_operand(f"{results}@previous"), load_operand(f"{results}@latest")
+    assert {r.run_id for r in before.records} == {first_run, second_run}
+    assert {r.script for r in after.records} == {"alpha", "beta", "gamma"}
+    capsys.readouterr()
+    monkeypatch.chdir(campaign.root)
+    assert main(["compare", "c/demo@previous", "c@latest"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"A: 2 runs {first_run} ")
+    assert out[2] == "3 script × repeat on both sides; 0 only in A, 0 only in B"
+
     # A run id that is not there: one line naming the runs that are.
     assert main(["compare", f"{results}@nope", f"{results}@latest"]) == 2
+    third_run = after.records[0].run_id
     assert capsys.readouterr().err == (
-        f"haico: {results} holds no run 'nope': its runs are {first_run}, {second_run} "
+        f"haico: {results} holds no run 'nope': its runs are {first_run}, {second_run}, "
+        f"{third_run} "
         f"(or give {results}@latest or {results}@previous)\n"
     )
