@@ -8,10 +8,9 @@ arm directory and a run: `DIR@RUN_ID`, `DIR@latest` (DIR's newest run, by start)
 `DIR@previous` (DIR before its newest run: every earlier run, each item's newest record
 among them, so that `DIR@previous DIR@latest` pairs every item the newest run ran again).
 A path that is not there from the working directory is looked up under the results root.
-The header names each side's runs and their start, and
-lists the items only one side has. Items are matched by arm, script and repeat when both
-sides hold the same arms, else (one arm each, e.g. two arms of one campaign) by script and
-repeat.
+The header names each side's runs and their start, and lists the items only one side has.
+Items are matched by arm, script and repeat when both sides hold the same arms, else (one
+arm each, e.g. two arms of one campaign) by script and repeat.
 """
 
 from __future__ import annotations
