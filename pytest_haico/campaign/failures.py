@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_haico.errors import InfraError, StackError, headline
+from pytest_haico.errors import InfraError, LedgerWriteError, StackError, headline
 from pytest_haico.files import shown_path
 
 # The styles in which a haico failure is its explanation; the others are pytest's own.
@@ -115,7 +115,7 @@ def _explanation(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]
     if isinstance(error, StackError):
         # The same message for every item of the arm; the haico summary shows it whole.
         return f"{excinfo.typename}: {headline(str(error))}"
-    if isinstance(error, InfraError):
+    if isinstance(error, InfraError | LedgerWriteError):  # the error says what and why
         return f"{excinfo.typename}: {error}"
     if not isinstance(error, AssertionError | pytest.fail.Exception):
         return None
