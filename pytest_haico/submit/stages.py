@@ -31,6 +31,7 @@ from pytest_haico.submit.jobs import (
     Request,
     Say,
     SubmitError,
+    check_gpus_on_one_node,
     checked_time,
     job_name,
     measured_costs,
@@ -126,6 +127,8 @@ def _plan_stage(
     plans: list[PlannedJob] = []
     for arm_name in arms:
         arm = experiments.arms[arm_name]
+        if submission.profile == "cluster" and arm.model.served is None:  # it starts vLLM
+            check_gpus_on_one_node(arm, resolve_partition(arm, partitions)[0])
         for stratum in strata:
             if not planned.get((arm_name, stratum)):
                 continue
