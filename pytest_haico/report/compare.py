@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_haico.files import read_results_file
+from pytest_haico.files import read_results_file, shown_path
 from pytest_haico.ledger.layout import CLAIM_FILE, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
@@ -36,7 +36,7 @@ from pytest_haico.stamps import utc_shown
 Key = tuple[str, str, int]
 
 # Run-config keys that differ between any two runs (ports, paths, job ids), not compared.
-_VOLATILE_SUFFIXES = ("_PORT", "_SOURCE", "_DIR")
+_VOLATILE_SUFFIXES = ("_PORT", "_SOURCE", "_DIR", "_URL")
 _VOLATILE = frozenset(
     {
         "MODEL_ENDPOINT",
@@ -153,7 +153,7 @@ def describe(label: str, results: Results) -> str:
     more = f" and {len(runs) - _TOP} more" if len(runs) > _TOP else ""
     return (
         f"{label}: {'run' if len(runs) == 1 else f'{len(runs)} runs'} {', '.join(shown)}{more}"
-        f" in {results.path} ({len(results.newest()):,} items)"
+        f" in {shown_path(results.path)} ({len(results.newest()):,} items)"
     )
 
 

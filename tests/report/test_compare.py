@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.cli.main import main
+from pytest_haico.files import shown_path
 from pytest_haico.report.compare import compare_lines, load_operand
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
@@ -135,8 +136,9 @@ def test_compare_names_both_runs_and_the_items_only_one_side_has(
     assert main(["compare", f"{results}@previous", f"{results}@{second_run}"]) == 0
     out = capsys.readouterr().out.splitlines()
     stamp = r"\(started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"
-    assert re.fullmatch(rf"A: run {first_run} {stamp} in {results} \(2 items\)", out[0])
-    assert re.fullmatch(rf"B: run {second_run} {stamp} in {results} \(1 items\)", out[1])
+    where = shown_path(results)  # relative to the working directory
+    assert re.fullmatch(rf"A: run {first_run} {stamp} in {where} \(2 items\)", out[0])
+    assert re.fullmatch(rf"B: run {second_run} {stamp} in {where} \(1 items\)", out[1])
     assert out[2] == "0 script × repeat on both sides; 2 only in A, 1 only in B"
     assert out[3:6] == [
         f"  only in A: {ids['alpha'][0]}  {ids['alpha'][1]}",
@@ -148,7 +150,7 @@ def test_compare_names_both_runs_and_the_items_only_one_side_has(
     assert main(["compare", str(results), f"{results}@latest"]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert re.fullmatch(
-        rf"A: 2 runs {first_run} {stamp}, {second_run} {stamp} in {results} \(3 items\)", header
+        rf"A: 2 runs {first_run} {stamp}, {second_run} {stamp} in {where} \(3 items\)", header
     )
 
     # Every item again (--haico-no-resume): @previous is the campaign before that run, both
