@@ -13,6 +13,7 @@ import httpx
 
 from pytest_haico import httpclient
 from pytest_haico.errors import CatalogueError
+from pytest_haico.files import shown_path
 from pytest_haico.serve.catalogue import check_catalogue_dir, deregister, entry_path, read_entry
 from pytest_haico.serve.resolver import list_served, resolve_served, staleness
 from pytest_haico.serve.submission import job_name
@@ -27,7 +28,7 @@ def list_catalogue(catalogue: Path, *, say: Say) -> int:
     """One line per name: where it answers and until when, or why it cannot be used."""
     listings = list_served(catalogue)
     if not listings:
-        say(f"haico: no model is served in {catalogue}")
+        say(f"haico: no model is served in {shown_path(catalogue)}")
         return 0
     width = max(len(listing.name) for listing in listings)
     for listing in listings:
@@ -63,7 +64,7 @@ def status(catalogue: Path, name: str, *, say: Say) -> int:
     """The entry, its job and its health; 0 when it answers, 1 when it is stale or does not."""
     entry = read_entry(catalogue, name)
     say(f"{name}: arm {entry.arm}, served_name={entry.served_name}, owner {entry.owner.name}")
-    say(f"  endpoint: {entry.endpoint} (key file {catalogue / entry.key_file})")
+    say(f"  endpoint: {entry.endpoint} (key file {shown_path(catalogue / entry.key_file)})")
     job, until = entry.job, entry.job.end_time or "no time limit"
     say(f"  job: {job.id} on {job.node}, restart {job.restart_count}, until {until}")
     say(f"  registered: {entry.registered_at}")

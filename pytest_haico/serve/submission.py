@@ -13,6 +13,7 @@ from pytest_haico.config.cluster_env import ClusterEnv
 from pytest_haico.config.experiment import load_arm
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import CatalogueError, ConfigError
+from pytest_haico.files import shown_path
 from pytest_haico.locks import holding
 from pytest_haico.serve.catalogue import entry_path, make_catalogue_dir
 from pytest_haico.serve.renewal import Renewal, minutes, plan_successor, resolve_renewal
@@ -107,8 +108,9 @@ def serve(request: ServeRequest, *, say: Say) -> int:
             f"haico: it renews itself until {utc_iso(renewal.until)}: "
             f"its successor is queued to start {renewal.lead_min} min before its end"
         )
-    say(f"haico: it registers {entry_path(request.catalogue, name)} once its model is healthy")
-    say(f"haico: log: {logs / f'{name}.{job_id}.out'}")
+    entry = shown_path(entry_path(request.catalogue, name))
+    say(f"haico: it registers {entry} once its model is healthy")
+    say(f"haico: log: {shown_path(logs / f'{name}.{job_id}.out')}")
     say(f"haico: next: haico serve status {name}")
     return 0
 

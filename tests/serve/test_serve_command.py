@@ -11,6 +11,7 @@ import pytest
 
 from pytest_haico.cli.main import main
 from pytest_haico.config.settings import Profile
+from pytest_haico.files import shown_path
 from pytest_haico.serve.submission import SCRIPT, ModelJob, sbatch_argv
 
 
@@ -80,7 +81,10 @@ def test_an_unknown_name_and_a_missing_catalogue_are_one_line(
         f"haico: no served model named 'judge' in {catalogue} (served there: none); start it "
         "with `haico serve <arm> --name judge`"
     ]
-    assert _haico(capsys, "--list") == (0, [f"haico: no model is served in {catalogue}"])
+    assert _haico(capsys, "--list") == (
+        0,
+        [f"haico: no model is served in {shown_path(catalogue)}"],
+    )
 
 
 def test_words_that_are_no_command_are_one_line(

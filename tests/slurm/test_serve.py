@@ -19,6 +19,7 @@ import pytest
 
 from pytest_haico.cli.main import main
 from pytest_haico.errors import CatalogueError
+from pytest_haico.files import shown_path
 from pytest_haico.serve.catalogue import entry_path
 from pytest_haico.serve.resolver import ServedModel, resolve_served
 from tests.polling import wait_for
@@ -90,7 +91,7 @@ def test_a_served_model_registers_answers_with_its_key_and_deregisters_when_stop
     status, out = _serve(capsys, "standin", "--profile", "local", "--time", "5")
     assert status == 0, out
     job = _job_id(out)
-    assert f"it registers {catalogue}/standin.json once its model is healthy" in out
+    assert f"it registers {shown_path(catalogue)}/standin.json once its model is healthy" in out
 
     served = _wait_registered(catalogue)
     assert served.entry.job.id == job and served.served_name == "standin"
