@@ -1,9 +1,10 @@
 """The documentation's console examples as tests (Sybil): each ```console block that a
 `<!-- console: checked -->` line precedes runs its commands in a home of its own and
 compares what they print (tests/docs/console.py says how, and what is masked).
-`<!-- console: checked in a new project -->` first runs `haico init project && cd project &&
-pytest -q` there, so the block starts in a campaign with results. The blocks of a page
-share their home and directory, in page order. They start processes (a campaign takes a
+`<!-- console: checked in a new project -->` gives the block a home of its own and first runs
+`haico init project && cd project && pytest -q` there, so that it starts in `~/project`, a
+campaign with results. The other blocks of a page share one home and directory, in page
+order. They start processes (a campaign takes a
 few seconds), so they are marked slow."""
 
 from __future__ import annotations
@@ -48,29 +49,39 @@ def evaluate_block(example: Example) -> str | None:
     new_project, source = example.parsed
     namespace = example.namespace
     home: Path = namespace["home"]
+    cwd: Path = namespace["cwd"]
     if new_project:
-        project = Path(tempfile.mkdtemp(prefix="project-", dir=home))
+        home = _new_home(namespace)
         setup = console.Command(NEW_PROJECT, ["..."], 0)
-        _, problem = console.run(setup, home=home, cwd=project)
+        cwd, problem = console.run(setup, home=home, cwd=home)
         if problem:
             return f"the new project did not run:\n{problem}"
-        namespace["cwd"] = project / "project"
     for command in console.parse_block(source):
-        namespace["cwd"], problem = console.run(command, home=home, cwd=namespace["cwd"])
+        cwd, problem = console.run(command, home=home, cwd=cwd)
         if problem:
             return problem
+    if not new_project:
+        namespace["cwd"] = cwd
     return None
 
 
-def _setup(namespace: dict[str, Any]) -> None:
+def _new_home(namespace: dict[str, Any]) -> Path:
     # Short: a path in a page's output is its home's, shown as `~`.
     home = Path(tempfile.mkdtemp(prefix="haico-docs-"))
     home.chmod(0o711)  # the stand-ins' Postgres runs as another user when we are root
+    namespace["homes"].append(home)
+    return home
+
+
+def _setup(namespace: dict[str, Any]) -> None:
+    namespace["homes"] = []
+    home = _new_home(namespace)
     namespace.update(home=home, cwd=home)
 
 
 def _teardown(namespace: dict[str, Any]) -> None:
-    shutil.rmtree(namespace["home"], ignore_errors=True)
+    for home in namespace["homes"]:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 pytest_collect_file = Sybil(

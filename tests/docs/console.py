@@ -1,11 +1,12 @@
 """Running a documentation page's console example and comparing what it prints.
 
 A ```console block is a list of `$ command` lines, each followed by what it prints. It is
-run with bash in a home of its own (`HOME`, so `~/` in the page is that home), with this
-environment's `pytest` and `haico` first on PATH, and compared line by line after masking
-what changes from run to run in both texts (`mask`): durations, percentages, run ids and
-dates, hashes. A line `...` (or `...` inside a line) stands for any text; a last line
-`(exit N)` is the command's exit status, otherwise it must exit 0.
+run with bash in a home of its own (`HOME`, so `~/` in the page is that home; this clone is
+shown as `~/pytest-haico`), with this environment's `pytest` and `haico` first on PATH, and
+compared line by line after masking what changes from run to run in both texts (`mask`):
+durations, percentages, run ids and dates, hashes. A line `...` stands for any lines, and
+`...` inside a line for any text of it; a last line `(exit N)` is the command's exit status,
+otherwise it must exit 0.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ELLIPSIS = "..."
+# This clone, where the page's reader has theirs.
+CLONE = Path(__file__).resolve().parents[2]
+SHOWN_CLONE = "~/pytest-haico"
 # Seconds a command of a page may take (a campaign on the stand-ins takes a few).
 COMMAND_TIMEOUT_S = 120
 # What changes from one run to the next, masked alike in the page and the output.
@@ -29,7 +33,6 @@ _VARIABLE = (
     (re.compile(r"\b\d+(\.\d+)? ?(s|ms|m|h|min)\b"), "<duration>"),
     (re.compile(r"\b\d+(\.\d+)?s\b"), "<duration>"),
     (re.compile(r"\b\d+(\.\d+)?%"), "<share>"),
-    (re.compile(r"ETA <duration>"), "ETA <duration>"),
 )
 _EXIT = re.compile(r"^\(exit (\d+)\)$")
 # The environment a reader's shell would not have: this session's own settings.
@@ -113,7 +116,7 @@ def run(command: Command, *, home: Path, cwd: Path) -> tuple[Path, str | None]:
         check=False,
     )
     after = Path(where.read_text().strip()) if where.is_file() else cwd
-    output = done.stdout.replace(str(home), "~")
+    output = done.stdout.replace(str(home), "~").replace(str(CLONE), SHOWN_CLONE)
     actual = [mask(line) for line in output.splitlines()]
     problems = []
     if done.returncode != command.status:
