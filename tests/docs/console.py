@@ -30,11 +30,16 @@ _VARIABLE = (
     (re.compile(r"\d{8}T\d{6}Z"), "<stamp>"),
     (re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}( UTC)?"), "<time>"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),
-    (re.compile(r"\b\d+(\.\d+)? ?(s|ms|m|h|min)\b"), "<duration>"),
+    (
+        re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|min|h|m|s)\b(?: \d+(?:\.\d+)? ?(?:ms|m|s)\b)*"),
+        "<duration>",
+    ),
     (re.compile(r"\b\d+(\.\d+)?s\b"), "<duration>"),
     (re.compile(r"\b\d+(\.\d+)?%"), "<share>"),
 )
 _EXIT = re.compile(r"^\(exit (\d+)\)$")
+# A command whose input follows it, as a here-document (`cat > file <<'EOF'`).
+_HERE_DOCUMENT = re.compile(r"<<-?'?(\w+)'?\s*$")
 # The environment a reader's shell would not have: this session's own settings.
 _DROPPED = ("PYTEST_ADDOPTS", "PYTEST_HAICO_", "CLUSTER_WORK", "SLURM_", "HAICO_", "COLUMNS")
 
@@ -49,22 +54,32 @@ class Command:
 
 
 def parse_block(source: str) -> list[Command]:
-    """The commands of a console block, in order."""
+    """The commands of a console block, in order (a here-document's lines are its command's)."""
     commands: list[Command] = []
     line: str | None = None
     expected: list[str] = []
-    for text in [*source.splitlines(), "$ "]:
+    lines = iter([*source.splitlines(), "$ "])
+    for text in lines:
         if text.startswith("$ "):
             if line is not None:
-                status = 0
-                if expected and (found := _EXIT.match(expected[-1].strip())):
-                    status = int(found.group(1))
-                    expected = expected[:-1]
-                commands.append(Command(line, expected, status))
+                commands.append(_command(line, expected))
             line, expected = text[2:], []
+            if (here := _HERE_DOCUMENT.search(line)) is not None:
+                body = []
+                for more in lines:
+                    body.append(more)
+                    if more == here.group(1):
+                        break
+                line = "\n".join([line, *body])
         elif line is not None:
             expected.append(text)
     return commands
+
+
+def _command(line: str, expected: list[str]) -> Command:
+    if expected and (found := _EXIT.match(expected[-1].strip())):
+        return Command(line, expected[:-1], int(found.group(1)))
+    return Command(line, expected, 0)
 
 
 def mask(text: str) -> str:
