@@ -113,6 +113,9 @@ def environment(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
     venv_bin = str(Path(sys.executable).parent)
     env.update(HOME=str(home), PATH=f"{venv_bin}:{env.get('PATH', '')}", NO_COLOR="1")
+    # A reader's git knows who they are; a new home's does not.
+    for who in ("AUTHOR", "COMMITTER"):
+        env.update({f"GIT_{who}_NAME": "A Reader", f"GIT_{who}_EMAIL": "reader@example.org"})
     return env
 
 

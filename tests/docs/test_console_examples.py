@@ -52,7 +52,7 @@ LEFT = {
         "$ haico cost results/default",
         "arm demo, stratum chat: too few items",
     ],
-    "validate.md": ["$ haico validate", "$ haico validate"],
+    "validate.md": ["$ haico validate"],
     "write-a-campaign.md": ["$ pytest experiments"],
 }
 
