@@ -53,7 +53,6 @@ LEFT = {
         "arm demo, stratum chat: too few items",
     ],
     "validate.md": ["$ haico validate"],
-    "write-a-campaign.md": ["$ pytest experiments"],
 }
 
 
