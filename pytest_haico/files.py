@@ -279,6 +279,20 @@ def read_input_file(path: Path, *, max_bytes: int) -> bytes:
         return handle.read(max_bytes + 1)
 
 
+def shown_path(path: Path, here: Path | None = None) -> str:
+    """`path` for a person: relative to `here` (default: the working directory) when under
+    it, else under `~/` when under the home directory, else absolute."""
+    path = Path(path).absolute()
+    with contextlib.suppress(OSError):  # no working directory
+        base = (here or Path.cwd()).absolute()
+        if path.is_relative_to(base):
+            return os.path.relpath(path, base)
+    with contextlib.suppress(RuntimeError):  # no home directory
+        if path.is_relative_to(Path.home()):
+            return "~/" + os.path.relpath(path, Path.home())
+    return str(path)
+
+
 def file_kind(mode: int) -> str:
     """What a stat mode is, in words: "regular file", "FIFO", "symbolic link", ..."""
     kinds = (

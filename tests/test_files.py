@@ -23,6 +23,7 @@ from pytest_haico.files import (
     make_dirs,
     publish_file,
     read_owned_file,
+    shown_path,
     write_all,
     write_atomic,
 )
@@ -304,3 +305,16 @@ def test_processes_making_the_same_directories_at_once_all_succeed(tmp_path: Pat
     assert [task.returncode for task in tasks] == [0] * len(tasks), "\n".join(outputs)
     assert {mode_of(path) for path in tmp_path.rglob("*")} == {0o750}
     assert len(list(tmp_path.glob("*/demo/runs/logs"))) == 500
+
+
+def test_a_path_is_shown_relative_to_here_else_under_home_else_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, here = tmp_path / "home", tmp_path / "home" / "project"
+    here.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    assert shown_path(here / "results" / "c") == "results/c"
+    assert shown_path(home / "other" / "c") == "~/other/c"
+    assert shown_path(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+    assert shown_path(home / "other", here=home) == "other"

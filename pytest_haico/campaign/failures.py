@@ -5,7 +5,6 @@ everything under --tb=long, --tb=native or --full-trace (pytest's whole tracebac
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_haico.errors import InfraError, StackError, headline
+from pytest_haico.errors import InfraError, LedgerWriteError, StackError, headline
+from pytest_haico.files import shown_path
 
 # The styles in which a haico failure is its explanation; the others are pytest's own.
 COMPACT_STYLES = ("auto", "short", "line", "no")
@@ -74,7 +74,7 @@ def compact_failure(
         return
     lines = explanation.splitlines() or [explanation]
     if transcript is not None and transcript.is_file():
-        shown = _shown_path(transcript, config.invocation_params.dir)
+        shown = shown_path(transcript, config.invocation_params.dir)
         if shown not in explanation and str(transcript) not in explanation:
             lines.append(f"transcript: {shown}")
     path, lineno = item.location[0], (item.location[1] or 0) + 1
@@ -115,7 +115,7 @@ def _explanation(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]
     if isinstance(error, StackError):
         # The same message for every item of the arm; the haico summary shows it whole.
         return f"{excinfo.typename}: {headline(str(error))}"
-    if isinstance(error, InfraError):
+    if isinstance(error, InfraError | LedgerWriteError):  # the error says what and why
         return f"{excinfo.typename}: {error}"
     if not isinstance(error, AssertionError | pytest.fail.Exception):
         return None
@@ -135,11 +135,3 @@ def _starts_with(message: str, explanation: str) -> bool:
     wanted = [line.strip() for line in explanation.splitlines()]
     got = [line.strip() for line in message.splitlines()]
     return bool(wanted) and got[: len(wanted)] == wanted
-
-
-def _shown_path(path: Path, here: Path) -> str:
-    """The path relative to where pytest started, when it is under it; else absolute."""
-    try:
-        return os.path.relpath(path, here) if path.is_relative_to(here) else str(path)
-    except ValueError:
-        return str(path)

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_haico.config.items import ItemSpec, first_per_stratum, in_shard, limited_shard
 from pytest_haico.config.settings import Settings
+from pytest_haico.files import shown_path
 from pytest_haico.ledger.format import iter_ledger_dir
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.ledger.resume import Prior, ResumeIndex
@@ -50,7 +51,7 @@ class Selection:
         in_scope = sum(len(specs) for specs in self.in_scope.values())
         return (
             f"campaign {settings.campaign}: {self.done} of {in_scope} done, results in "
-            f"{settings.results / settings.campaign}"
+            f"{shown_path(settings.results / settings.campaign)}"
         )
 
     def status_lines(self, settings: Settings) -> list[str]:

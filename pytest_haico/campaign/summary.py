@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
 from pytest_haico.config.settings import ExitMode
+from pytest_haico.files import shown_path
 from pytest_haico.gates.result import first_failure, render_table
 from pytest_haico.ledger.recorder import ItemAttempt, Recorder
 from pytest_haico.ledger.verdicts import Verdict
@@ -42,6 +44,11 @@ def write_summary(
     for line in _stop_lines(sessions, attempts, ledger_failure=ledger_failure):
         terminal.write_line(line, red=True)
     ledgers = recorder.ledger_paths()
+    here = terminal.config.invocation_params.dir
+
+    def shown(path: Path) -> str:
+        return shown_path(path, here)
+
     unreported = Counter(
         state.spec.arm.name
         for state in attempts
@@ -60,17 +67,19 @@ def write_summary(
                 f"  {unreported[arm]} of them are not in pytest's counts: the session "
                 "stopped before they were reported"
             )
-        terminal.write_line(f"  ledger:      {ledgers[arm]}")
+        terminal.write_line(f"  ledger:      {shown(ledgers[arm])}")
         transcripts = recorder.paths(arm).transcripts_dir
         if transcripts.is_dir():
-            terminal.write_line(f"  transcripts: {transcripts}")
+            terminal.write_line(f"  transcripts: {shown(transcripts)}")
         run = sessions.runs.get(arm)
         if run is not None and run.dumps is not None and run.dumps.written:
-            terminal.write_line(f"  dumps:       {run.dumps.dumps_dir}")
-        for line in run.timeline.lines() if run is not None else ():
+            terminal.write_line(f"  dumps:       {shown(run.dumps.dumps_dir)}")
+        for line in run.timeline.lines(shown) if run is not None else ():
             terminal.write_line(f"  {line}")
         if sessions.kept is not None:
-            terminal.write_line(f"  kept stack:  {sessions.kept.directory} (its logs and dumps)")
+            terminal.write_line(
+                f"  kept stack:  {shown(Path(sessions.kept.directory))} (its logs and dumps)"
+            )
         served = sessions.served_model(arm)
         if served is not None:
             terminal.write_line(f"  model:       the served model {served}")

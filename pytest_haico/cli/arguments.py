@@ -131,6 +131,18 @@ def campaign_dir(args: argparse.Namespace, found: Places | None = None) -> Path:
     return ((found or places(args)).results / given).resolve()
 
 
+def results_operand(args: argparse.Namespace, operand: str) -> str:
+    """A results path as given (`DIR`, `DIR@RUN`), or, where `DIR` is not there from the
+    working directory but is under the results root (`<campaign>/<arm>`), that one."""
+    path, at, run = operand.rpartition("@")
+    if not (at and path and run and "/" not in run):
+        path, at, run = operand, "", ""
+    if not path or Path(path).exists():
+        return operand
+    under = places(args).results / path
+    return f"{under}{at}{run}" if under.exists() else operand
+
+
 def share(low: float, high: float, *, closed: bool = True) -> Callable[[str], float]:
     """A number from `low` to `high` (`high` excluded unless `closed`)."""
 

@@ -17,11 +17,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compare.add_argument(
         "a",
         metavar="A",
-        help="baseline: a campaign or arm directory, a run (DIR@RUN_ID, DIR@latest, "
-        "DIR@previous, <arm>/runs/<run_id> or <arm>/ledger/<run_id>.jsonl)",
+        help="baseline: a campaign or arm directory (a path, or <campaign>[/<arm>] under the "
+        "results root), a run (DIR@RUN_ID, DIR@latest, DIR@previous: every run before the "
+        "latest, <arm>/runs/<run_id> or <arm>/ledger/<run_id>.jsonl)",
     )
     compare.add_argument("b", metavar="B", help="the one compared with A, in the same forms")
     arguments.add_gate_options(compare)
+    arguments.add_project_options(compare)
     compare.add_argument(
         "--plan",
         action="store_true",
@@ -58,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan(args.drop, args.power) if args.plan else None
     with paused_gc():  # the records stay alive: the collector would walk them for nothing
         printed = print_comparison(
-            args.a,
-            args.b,
+            arguments.results_operand(args, args.a),
+            arguments.results_operand(args, args.b),
             say=print,
             warn=warn,
             gate=gate,

@@ -27,7 +27,7 @@ from pytest_haico.config.resolution import DEFAULT_CAMPAIGN
 from pytest_haico.config.settings import Profile
 from pytest_haico.durations import format_duration
 from pytest_haico.errors import HaicoError, StackError
-from pytest_haico.files import make_dirs, open_for_append
+from pytest_haico.files import make_dirs, open_for_append, shown_path
 from pytest_haico.stack.kept import (
     KeptService,
     KeptState,
@@ -131,7 +131,10 @@ def _start_supervisor(
     make_dirs(directory, request["file_mode"])
     log = directory / "supervisor.log"
     request["directory"] = str(directory)
-    say(f"haico: starting the stack of arm {arm.name} ({profile.value} profile); log: {log}")
+    say(
+        f"haico: starting the stack of arm {arm.name} ({profile.value} profile); log: "
+        f"{shown_path(log)}"
+    )
     with os.fdopen(open_for_append(log, mode=request["file_mode"]), "ab") as stderr:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "pytest_haico.kept.supervisor"],
@@ -160,7 +163,7 @@ def _start_supervisor(
         + ", ".join(f"{s.name} :{s.port}" for s in state.services)
         + f"; supervisor pid {state.supervisor_pid}"
     )
-    say(f"haico: state file {path}")
+    say(f"haico: state file {shown_path(path)}")
     campaign = campaign_dir.name
     also = f" --haico-campaign {campaign}" if campaign != DEFAULT_CAMPAIGN else ""
     say(f"haico: next: pytest experiments --haico-attach {path}{also}")
@@ -314,7 +317,7 @@ def down(target: str, *, say: Say) -> int:
     if left:
         raise KeptStackError(f"still running after the stop: {', '.join(left)}")
     final = sorted((Path(state.directory) / "dumps").glob("final-*.dump"))
-    dump = f"final dump {final[-1]}" if final else "NO final dump (see supervisor.log)"
+    dump = f"final dump {shown_path(final[-1])}" if final else "NO final dump (see supervisor.log)"
     up_s = (datetime.now(UTC) - datetime.fromisoformat(state.started_at)).total_seconds()
     say(
         f"haico: {state.arm} stack down in {time.monotonic() - began:.1f} s after "

@@ -4,11 +4,13 @@ and token deltas — and the run-config keys that differ.
 
 An operand is a campaign directory, an arm directory, a run directory
 (`<arm>/runs/<run_id>`), a run's ledger (`<arm>/ledger/<run_id>.jsonl`), or a campaign or
-arm directory and a run, `DIR@RUN_ID`, `DIR@latest` or `DIR@previous` (of the runs under
-DIR, ordered by their start). The header names each side's runs and their start, and
-lists the items only one side has. Items are matched by arm, script and repeat when both
-sides hold the same arms, else (one arm each, e.g. two arms of one campaign) by script and
-repeat.
+arm directory and a run: `DIR@RUN_ID`, `DIR@latest` (DIR's newest run, by start) or
+`DIR@previous` (DIR before its newest run: every earlier run, each item's newest record
+among them, so that `DIR@previous DIR@latest` pairs every item the newest run ran again).
+A path that is not there from the working directory is looked up under the results root.
+The header names each side's runs and their start, and lists the items only one side has.
+Items are matched by arm, script and repeat when both sides hold the same arms, else (one
+arm each, e.g. two arms of one campaign) by script and repeat.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_haico.files import read_results_file
+from pytest_haico.files import read_results_file, shown_path
 from pytest_haico.ledger.layout import CLAIM_FILE, ArmPaths
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.data import read_run_config, seconds, turn_totals
@@ -34,7 +36,7 @@ from pytest_haico.stamps import utc_shown
 Key = tuple[str, str, int]
 
 # Run-config keys that differ between any two runs (ports, paths, job ids), not compared.
-_VOLATILE_SUFFIXES = ("_PORT", "_SOURCE", "_DIR")
+_VOLATILE_SUFFIXES = ("_PORT", "_SOURCE", "_DIR", "_URL")
 _VOLATILE = frozenset(
     {
         "MODEL_ENDPOINT",
@@ -80,29 +82,33 @@ class Pair:
 
 
 def load_operand(operand: str) -> Results:
-    """`DIR@RUN_ID`, `DIR@latest`, `DIR@previous`, or any path `load_results` reads."""
+    """`DIR@RUN_ID`, `DIR@latest`, `DIR@previous` (every run before the newest), or any path
+    `load_results` reads."""
     path, at, run = operand.rpartition("@")
     if not (at and path and run and "/" not in run):
         return load_results(operand)
     results = load_results(path)
     order = [run_id for run_id, _ in run_starts(results)]
-    if run in ("latest", "previous"):
-        index = -1 if run == "latest" else -2
-        if len(order) < -index:
+    if run == "previous":
+        if len(order) < 2:
             raise ResultsReadError(
                 f"{path} holds one run ({', '.join(order)}), so there is no previous run: "
                 f"run the campaign again, or compare with {path}@{order[-1]}"
             )
-        run = order[index]
-    elif run not in order:
+        kept = set(order[:-1])  # what the campaign held before its newest run
+    elif run == "latest":
+        kept = {order[-1]}
+    elif run in order:
+        kept = {run}
+    else:
         raise ResultsReadError(
             f"{path} holds no run {run!r}: its runs are {', '.join(order)} "
             f"(or give {path}@latest or {path}@previous)"
         )
     return Results(
         results.path,
-        [r for r in results.records if r.run_id == run],
-        [o for o in results.orphans if o.run_id == run],
+        [r for r in results.records if r.run_id in kept],
+        [o for o in results.orphans if o.run_id in kept],
         results.warnings,
     )
 
@@ -147,7 +153,7 @@ def describe(label: str, results: Results) -> str:
     more = f" and {len(runs) - _TOP} more" if len(runs) > _TOP else ""
     return (
         f"{label}: {'run' if len(runs) == 1 else f'{len(runs)} runs'} {', '.join(shown)}{more}"
-        f" in {results.path} ({len(results.newest()):,} items)"
+        f" in {shown_path(results.path)} ({len(results.newest()):,} items)"
     )
 
 

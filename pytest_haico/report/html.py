@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import html
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_haico.files import file_kind, write_atomic
+import pytest_haico
+from pytest_haico.files import file_kind, shown_path, write_atomic
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.report.allocation import PARTS, RunAllocation, iter_totals, read_allocations
 from pytest_haico.report.data import (
@@ -35,6 +37,7 @@ from pytest_haico.report.html_plots import iter_plot_sections
 from pytest_haico.report.paired import interval_note, rate_text
 from pytest_haico.results import ResultsReadError, require
 from pytest_haico.results.paired import Comparison
+from pytest_haico.stamps import utc_shown
 
 SECTIONS = (
     "summary",
@@ -242,9 +245,10 @@ def render_html(report: Report, paired: Paired | None = None) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width'>",
-        f"<title>{_esc(name)}</title><style>{_STYLE}</style></head>",
-        f"<body><h1>{_esc(name)}</h1>",
-        f'<p><span class="path">haico report of <code>{_esc(results.path)}</code></span>: '
+        f"<title>{_esc(name)}: haico report</title><style>{_STYLE}</style></head>",
+        f"<body><h1>Campaign {_esc(name)}</h1>",
+        f'<p><span class="path">haico report of <code>{_esc(shown_path(results.path))}</code>'
+        f"</span>, made {utc_shown(datetime.now(UTC))} by pytest-haico {pytest_haico.__version__}: "
         f"{len(report.newest):,} items, {len(results.records):,} records, "
         f"{len(report.runs)} runs, {failed} items not completed, "
         f"{len(results.orphans)} orphan transcripts, {len(results.warnings)} ledger warnings.</p>",

@@ -303,7 +303,7 @@ def rate_text(passed: int, n: int, confidence: float = CONFIDENCE) -> str:
 def interval_note(confidence: float = CONFIDENCE) -> str:
     """What the brackets after a rate are, or what to install for them."""
     try:
-        require("scipy", "analysis", "the intervals on the pass rates")
+        require("scipy", "analysis", "computing the intervals on the pass rates")
     except MissingExtraError as exc:
         return f"pass rates without intervals: {exc}"
     level = f"{100 * confidence:g}%"

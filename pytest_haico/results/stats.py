@@ -36,7 +36,8 @@ _BATCH_VALUES = 10_000_000
 
 
 def _scipy_stats() -> Any:
-    require("scipy", "analysis", "the paired statistics (haico compare, validate, report)")
+    what = "computing the paired statistics (haico compare, validate, report)"
+    require("scipy", "analysis", what)
     import scipy.stats
 
     return scipy.stats

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
@@ -188,12 +189,13 @@ class RunTimeline:
     def exit(self, code: int) -> None:
         self.timeline.exit(code)
 
-    def lines(self) -> list[str]:
-        """The summary's lines: where the allocation went, the model's utilisation."""
+    def lines(self, shown: Callable[[Path], str] = str) -> list[str]:
+        """The summary's lines: where the allocation went, the model's utilisation, and the
+        timeline's path (as `shown` writes it)."""
         lines = [shares_line(self.timeline.doc)]
         if self.model_line is not None:
             lines.append(self.model_line)
         if self.adaptive is not None:
             lines.append(adaptive_line(self.adaptive.record()))
-        lines.append(f"timeline:    {self.timeline.path}")
+        lines.append(f"timeline:    {shown(self.timeline.path)}")
         return lines

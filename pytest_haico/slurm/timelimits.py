@@ -1,10 +1,11 @@
-"""Slurm time limits (as `sbatch --time` takes them) and partitions with their caps (as
-`sinfo` prints them)."""
+"""Slurm time limits (as `sbatch --time` takes them) and partitions with their caps and
+GPUs per node (as `sinfo` prints them)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from pytest_haico.config.experiment import Arm
 from pytest_haico.durations import MINUTE, slurm_limit_seconds
@@ -40,12 +41,14 @@ def format_time_limit(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Partition:
-    """A Slurm partition and its time cap (None: no cap, or one sinfo did not say)."""
+    """A Slurm partition and its time cap (None: no cap, or one sinfo did not say), and the
+    most GPUs one of its nodes has (None: sinfo did not say)."""
 
     name: str
     cap_s: float | None
     default: bool
     limit: str = ""  # the limit as sinfo printed it
+    gpus_per_node: int | None = None
 
     @property
     def cap_text(self) -> str:
@@ -59,28 +62,41 @@ class Partition:
 
 
 def parse_sinfo(text: str) -> list[Partition]:
-    """Partitions from `sinfo -h -o "%P %l"`: the default one is marked `*`; a limit that is
-    not a time (`n/a`) is no cap, and `cap_text` says so."""
+    """Partitions from `sinfo -h -o "%P %l %G"` (a line per partition and node
+    configuration): the default one is marked `*`; a limit that is not a time (`n/a`) is no
+    cap, and `cap_text` says so; the GPUs per node are the most of any line's GRES."""
     found: dict[str, Partition] = {}
     for line in text.splitlines():
         words = line.split()
         if not words:
             continue
-        name, limit = words[0], " ".join(words[1:])
+        name, limit = words[0], words[1] if len(words) > 1 else ""
         default = name.endswith("*")
         name = name.rstrip("*")
         try:
             cap = parse_time_limit(limit)
         except ConfigError:
             cap = None
-        if name not in found:  # one line per partition; keep the first
-            found[name] = Partition(name, cap, default, limit)
+        gpus = gres_gpus(words[2]) if len(words) > 2 else None
+        known = found.setdefault(name, Partition(name, cap, default, limit, gpus))
+        if gpus is not None and (known.gpus_per_node or 0) < gpus:  # the limit: first line's
+            found[name] = replace(known, gpus_per_node=gpus)
     return list(found.values())
+
+
+# One GPU entry of a GRES: gpu:4, gpu:a100:4, gpu:a100:4(S:0-1) (its count before any "(").
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+
+
+def gres_gpus(gres: str) -> int:
+    """The GPUs a GRES names, as sinfo prints a node's (`gpu:a100:4(S:0-1),gpu:v100:2`: 6;
+    `(null)`: 0) or sbatch takes one (`gpu:2`)."""
+    return sum(int(count) for count in _GRES_GPU.findall(gres))
 
 
 def read_partitions() -> list[Partition]:
     """The cluster's partitions from sinfo; `slurm.SlurmError` when sinfo cannot answer."""
-    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l"]).checked().stdout)
+    return parse_sinfo(slurm.run(["sinfo", "-h", "-o", "%P %l %G"]).checked().stdout)
 
 
 def resolve_partition(arm: Arm, partitions: list[Partition] | None) -> tuple[Partition | None, str]:

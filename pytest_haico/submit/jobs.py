@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.sections import SlurmSection
 from pytest_haico.errors import HaicoError
@@ -15,6 +16,7 @@ from pytest_haico.slurm.client import SlurmError
 from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
+    gres_gpus,
     parse_time_limit,
     read_partitions,
 )
@@ -166,6 +168,30 @@ def partition_caps(say: Say) -> list[Partition] | None:
     except SlurmError as exc:
         say(f"haico: no partition limits ({exc}); walltimes are not capped")
         return None
+
+
+def check_gpus_on_one_node(arm: Arm, partition: Partition | None) -> None:
+    """Refuse, before anything is queued, an arm whose vLLM cannot get its GPUs: tensor
+    parallel x data parallel GPUs, all on the job's one node (gate parallel_width would stop
+    every task at its start), from its `[slurm] gres` and its partition's largest node."""
+    tp, dp = arm.vllm.tensor_parallel_size, arm.vllm.data_parallel_size
+    wanted = tp * dp
+    needs = f"arm {arm.name} needs tensor_parallel_size {tp} x data_parallel_size {dp} = {wanted}"
+    gres = arm.slurm.gres if arm.slurm is not None else None
+    if gres is not None and gres_gpus(gres) not in (0, wanted):  # none: the script may ask
+        raise SubmitError(
+            f"{needs} GPUs, but its [slurm] gres = {gres!r} asks for {gres_gpus(gres)}: set "
+            f'gres = "gpu:{wanted}" in arms/{arm.name}.toml, or change the parallel sizes'
+        )
+    most = partition.gpus_per_node if partition is not None else None
+    if partition is not None and most is not None and most < wanted:
+        has = f"has more than {most}" if most else "has a GPU"
+        raise SubmitError(
+            f"{needs} GPUs on one node (a model copy cannot span nodes), but no node of "
+            f"partition {partition.name} {has} (sinfo's GRES): lower the "
+            f"parallel sizes in arms/{arm.name}.toml, or choose a partition with {wanted}-GPU "
+            "nodes ([slurm] partition)"
+        )
 
 
 def checked_time(text: str, where: str) -> str:

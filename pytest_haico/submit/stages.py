@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pytest_haico.config.concurrency import resolve_concurrency
 from pytest_haico.config.experiment import Arm, Experiments, load_experiments
-from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
+from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, shown_path, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost, current_items
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
@@ -31,6 +31,7 @@ from pytest_haico.submit.jobs import (
     Request,
     Say,
     SubmitError,
+    check_gpus_on_one_node,
     checked_time,
     job_name,
     measured_costs,
@@ -70,10 +71,10 @@ def submit(
         plans = _plan_stage(submission, experiments, stage, request, jobs, say=say)
         if not existed:
             submission = freeze(submission, sources, created=now_iso())
-            say(f"haico: froze the inputs ({submission.digest}) in {submission.dir}")
+            say(f"haico: froze the inputs ({submission.digest}) in {shown_path(submission.dir)}")
         if stage == "smoke" and not submission.checklist.exists():
             _write_checklist(submission, plans)
-            say(f"haico: stage-2 checklist written to {submission.checklist}")
+            say(f"haico: stage-2 checklist written to {shown_path(submission.checklist)}")
         reconciler = Reconciler(
             submission, journal, request, say=say, journal_lost=existed and not jobs
         )
@@ -91,9 +92,15 @@ def _dry_run(
     jobs = Journal(submission.journal).read(warn=say) if submission.dir.is_dir() else {}
     experiments = load_experiments(sources.experiments)
     plans = _plan_stage(submission, experiments, stage, request, jobs, say=say)
-    say(f"haico: dry run: submission {submission.name} ({submission.digest}) in {campaign_dir}")
+    say(
+        f"haico: dry run: submission {submission.name} ({submission.digest}) in "
+        f"{shown_path(campaign_dir)}"
+    )
     if not submission.dir.is_dir():
-        say(f"haico: would copy {sources.experiments} to {submission.experiments}")
+        say(
+            f"haico: would copy {shown_path(sources.experiments)} to "
+            f"{shown_path(submission.experiments)}"
+        )
     show(plans, jobs, submission, experiments, say)
     return 0
 
@@ -126,6 +133,8 @@ def _plan_stage(
     plans: list[PlannedJob] = []
     for arm_name in arms:
         arm = experiments.arms[arm_name]
+        if submission.profile == "cluster" and arm.model.served is None:  # it starts vLLM
+            check_gpus_on_one_node(arm, resolve_partition(arm, partitions)[0])
         for stratum in strata:
             if not planned.get((arm_name, stratum)):
                 continue

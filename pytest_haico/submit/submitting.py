@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from pytest_haico.config.experiment import Experiments
+from pytest_haico.files import shown_path
 from pytest_haico.slurm.client import NotRun
 from pytest_haico.slurm.jobs import SubmissionRefused, sbatch
 from pytest_haico.submit.inputs import Submission
@@ -56,7 +57,7 @@ def run_jobs(
             f"{plan.shard_count}, --time {plan.time_limit} ({plan.why})"
             + (f", after {dependency}" if dependency else "")
         )
-    say(f"haico: logs in {submission.logs}; journal {submission.journal}")
+    say(f"haico: logs in {shown_path(submission.logs)}; journal {shown_path(submission.journal)}")
 
 
 def _submitted(plan: PlannedJob, job_id: str) -> JournaledJob:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pytest_haico.config.identity import SourceTree, source_tree
 from pytest_haico.errors import HaicoError
+from pytest_haico.files import shown_path
 
 GIT_TIMEOUT_S = 120.0
 
@@ -38,7 +39,10 @@ class Build:
     def describe(self) -> str:
         if self.commit is None:
             return f"command {self.command!r} in {self.repo}"
-        return f"commit {self.commit[:12]} ({self.given}) of {self.repo}, run as {self.command!r}"
+        return (
+            f"commit {self.commit[:12]} ({self.given}) of {shown_path(self.repo)}, run as "
+            f"{self.command!r}"
+        )
 
     def tree_identity(self) -> str:
         """The git part of the build's backend identity (`config.identity`)."""

@@ -41,7 +41,7 @@ from pytest_haico.config.resolution import (
 )
 from pytest_haico.config.settings import Profile
 from pytest_haico.config.values import MODEL_API_KEY_ENV, enum_parser, parse_command, parse_name
-from pytest_haico.files import dir_mode, make_dirs
+from pytest_haico.files import dir_mode, make_dirs, shown_path
 from pytest_haico.ledger.layout import ArmPaths, run_id_of_ledger
 from pytest_haico.report.compare import print_comparison
 from pytest_haico.report.paired import Gate
@@ -149,7 +149,7 @@ def _validate(request: Request, say: Say) -> int:
     campaign_dir = places.results / parse_name(name, "--campaign")
     with contextlib.ExitStack() as stack:
         stack.enter_context(_new_campaign(campaign_dir, resolve_results_mode(r)))
-        say(f"haico: validate: arm {arm}, campaign {campaign_dir}")
+        say(f"haico: validate: arm {arm}, campaign {shown_path(campaign_dir)}")
         model = stack.enter_context(
             _model(request.attach, arm, profile, places, r, campaign_dir, say)
         )
@@ -325,7 +325,7 @@ def _model(
 def _run(build: Build, argv: list[str], env: dict[str, str], say: Say) -> int:
     """pytest with this build's backend command, in its directory; its exit status."""
     with checked_out(build) as where:
-        checkout = f", checked out in {where}" if build.commit else ""
+        checkout = f", checked out in {shown_path(where)}" if build.commit else ""
         say(f"haico: validate: the {build.role} run: {build.describe()}{checkout}")
         sys.stdout.flush()
         command = [

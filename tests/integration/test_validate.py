@@ -112,13 +112,14 @@ def test_a_candidate_that_loses_an_expectation_is_a_regression_and_exits_1(
     assert result.returncode == 1, out + result.stderr
     lines = out.splitlines()
     (where,) = [line for line in lines if line.startswith("haico: validate: arm demo, campaign")]
-    campaign_dir = Path(where.rpartition(" ")[2])
+    shown = where.rpartition(" ")[2]  # relative to the directory validate ran in
+    campaign_dir = project / shown
     assert campaign_dir.parent == project / "results"
     assert campaign_dir.name.startswith("validate-")
     pytest.LineMatcher(lines).fnmatch_lines(
         [
-            "haico: starting the stack of arm demo (local profile); log: "
-            f"{campaign_dir}/demo/kept/*/supervisor.log",
+            f"haico: starting the stack of arm demo (local profile); log: {shown}/demo/kept/*/"
+            "supervisor.log",
             "haico: validate: one model for both runs: http://vllm.localhost:*/v1, the kept "
             "stack of arm demo (started for both runs); model identity "
             "endpoint:http://vllm.localhost:*/v1;served_name:demo",
@@ -176,10 +177,10 @@ def test_two_commits_without_a_regression_exit_0_on_a_kept_stacks_model(project:
         [
             "haico: validate: one model for both runs: http://vllm.localhost:*/v1, the kept "
             "stack of arm demo (kept up by `haico stack up`); model identity *",
-            f"haico: validate: the baseline run: commit {first[:12]} (HEAD~1) of {repo}, run "
+            f"haico: validate: the baseline run: commit {first[:12]} (HEAD~1) of backend, run "
             f"as {template!r}, checked out in */haico-validate-baseline-*/src",
             "*2 passed*",
-            f"haico: validate: the candidate run: commit {second[:12]} (HEAD) of {repo}, run "
+            f"haico: validate: the candidate run: commit {second[:12]} (HEAD) of backend, run "
             f"as {template!r}, checked out in */haico-validate-candidate-*/src",
             "*2 passed*",
             "regressions (completed in A, not in B): 0",

@@ -14,7 +14,7 @@ from pytest_haico.errors import LedgerWriteError
 from pytest_haico.ledger.format import iter_ledger
 from pytest_haico.ledger.jsonl import LedgerWriter
 from tests.campaign.test_ledger import make_record
-from tests.harness import CampaignProject
+from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.ledger.conftest import Mount, fill
 
 ENOSPC = "[[]Errno 28[]] No space left on device"
@@ -112,3 +112,18 @@ def test_a_full_ledger_file_system_stops_the_campaign_with_75_and_records_nothin
     assert again.ret == 0
     again.stdout.fnmatch_lines(["haico: 0 done in ledger, 3 to run (0 retries)"])
     assert sorted(r["verdict"] for r in campaign.records("demo")) == ["completed"] * 3
+
+
+def test_a_conversation_that_cannot_be_recorded_fails_in_one_line_not_a_traceback(
+    campaign: CampaignProject, tmpfs: Mount
+) -> None:
+    campaign.arm("demo", "[run]\nconcurrency = 1\n")
+    campaign.simple_scripts("a", "b")
+    campaign.write("test_conversations.py", CONVERSATION_MODULE)
+    fill(tmpfs(campaign.root / "results" / "default" / "demo" / "ledger"))
+
+    full = campaign.run("--haico-exit", "campaign")
+    assert full.ret == 75
+    out = full.stdout.str()
+    assert "Traceback" not in out and "\nE   " not in out
+    full.stdout.fnmatch_lines(["LedgerWriteError: cannot make a record durable in the ledger *"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.cli.main import main
+from pytest_haico.files import shown_path
 from pytest_haico.report.compare import compare_lines, load_operand
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
@@ -100,7 +101,9 @@ def test_compare_of_a_path_that_is_no_campaign_is_one_line_and_exit_2(
 
 
 def test_compare_names_both_runs_and_the_items_only_one_side_has(
-    campaign: CampaignProject, capsys: pytest.CaptureFixture[str]
+    campaign: CampaignProject,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     campaign.simple_scripts("alpha", "beta")
     campaign.write("test_conversations.py", CONVERSATION_MODULE)
@@ -133,8 +136,9 @@ def test_compare_names_both_runs_and_the_items_only_one_side_has(
     assert main(["compare", f"{results}@previous", f"{results}@{second_run}"]) == 0
     out = capsys.readouterr().out.splitlines()
     stamp = r"\(started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"
-    assert re.fullmatch(rf"A: run {first_run} {stamp} in {results} \(2 items\)", out[0])
-    assert re.fullmatch(rf"B: run {second_run} {stamp} in {results} \(1 items\)", out[1])
+    where = shown_path(results)  # relative to the working directory
+    assert re.fullmatch(rf"A: run {first_run} {stamp} in {where} \(2 items\)", out[0])
+    assert re.fullmatch(rf"B: run {second_run} {stamp} in {where} \(1 items\)", out[1])
     assert out[2] == "0 script × repeat on both sides; 2 only in A, 1 only in B"
     assert out[3:6] == [
         f"  only in A: {ids['alpha'][0]}  {ids['alpha'][1]}",
@@ -146,12 +150,30 @@ def test_compare_names_both_runs_and_the_items_only_one_side_has(
     assert main(["compare", str(results), f"{results}@latest"]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert re.fullmatch(
-        rf"A: 2 runs {first_run} {stamp}, {second_run} {stamp} in {results} \(3 items\)", header
+        rf"A: 2 runs {first_run} {stamp}, {second_run} {stamp} in {where} \(3 items\)", header
     )
+
+    # Every item again (--haico-no-resume): @previous is the campaign before that run, both
+    # earlier runs, so it pairs all three items; the names are under the results root.
+    third = campaign.run_subprocess(
+        "--haico-exit", "campaign", "--haico-campaign", "c", "--haico-no-resume"
+    )
+    assert third.ret == 0, third.stdout.str()
+    before, after = load_operand(f"{results}@previous"), load_operand(f"{results}@latest")
+    assert {r.run_id for r in before.records} == {first_run, second_run}
+    assert {r.script for r in after.records} == {"alpha", "beta", "gamma"}
+    capsys.readouterr()
+    monkeypatch.chdir(campaign.root)
+    assert main(["compare", "c/demo@previous", "c@latest"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"A: 2 runs {first_run} ")
+    assert out[2] == "3 script × repeat on both sides; 0 only in A, 0 only in B"
 
     # A run id that is not there: one line naming the runs that are.
     assert main(["compare", f"{results}@nope", f"{results}@latest"]) == 2
+    third_run = after.records[0].run_id
     assert capsys.readouterr().err == (
-        f"haico: {results} holds no run 'nope': its runs are {first_run}, {second_run} "
+        f"haico: {results} holds no run 'nope': its runs are {first_run}, {second_run}, "
+        f"{third_run} "
         f"(or give {results}@latest or {results}@previous)\n"
     )

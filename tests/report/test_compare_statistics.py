@@ -164,8 +164,9 @@ def test_without_scipy_compare_names_the_extra(
     monkeypatch.setitem(__import__("sys").modules, "scipy", None)
     assert main(["compare", str(a), str(a)]) == 0
     assert (
-        "paired statistics: not computed: the paired statistics (haico compare, validate, "
-        "report) needs scipy, which is not installed: pip install 'pytest-haico[analysis]'"
+        "paired statistics: not computed: computing the paired statistics (haico compare, "
+        "validate, report) needs scipy, which is not installed: pip install "
+        "'pytest-haico[analysis]'"
     ) in capsys.readouterr().out
     assert main(["compare", str(a), str(a), "--max-drop", "0.02"]) == 2
     assert "pip install 'pytest-haico[analysis]'" in capsys.readouterr().err

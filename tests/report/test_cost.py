@@ -615,13 +615,21 @@ def test_sinfo_partitions_with_the_default_and_no_cap() -> None:
     ]
 
 
+def test_a_partitions_gpus_per_node_are_its_largest_nodes() -> None:
+    text = "gpu* 8:00:00 gpu:a100:4(S:0,1)\ngpu 8:00:00 gpu:h100:8,shard:8\ncpu 1:00 (null)\n"
+
+    assert [(p.name, p.gpus_per_node) for p in parse_sinfo(text)] == [("gpu", 8), ("cpu", 0)]
+
+
 def test_partitions_are_read_from_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sinfo = tmp_path / "sinfo"
-    sinfo.write_text('#!/bin/sh\n[ "$*" = "-h -o %P %l" ] || exit 3\necho "gpu* 8:00:00"\n')
+    sinfo.write_text(
+        '#!/bin/sh\n[ "$*" = "-h -o %P %l %G" ] || exit 3\necho "gpu* 8:00:00 gpu:h100:4"\n'
+    )
     sinfo.chmod(sinfo.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
 
-    assert read_partitions() == [Partition("gpu", 8 * 3600.0, True, "8:00:00")]
+    assert read_partitions() == [Partition("gpu", 8 * 3600.0, True, "8:00:00", 4)]
 
 
 # -- The ledgers ---------------------------------------------------------------------------

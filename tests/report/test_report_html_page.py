@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -142,13 +144,21 @@ def _render(campaign: Path, tmp_path: Path) -> tuple[str, Page]:
 
 
 def test_the_page_is_titled_by_the_campaign_spans_the_width_and_opens_on_the_summary(
-    campaign: Path, tmp_path: Path
+    campaign: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text, page = _render(campaign, tmp_path)
-    assert "<title>c</title>" in text and "<h1>c</h1>" in text
+    assert "<title>c: haico report</title>" in text and "<h1>Campaign c</h1>" in text
     # An arm's page is titled by its campaign too (the records name it).
     assert main(["report", str(campaign / "demo"), "--html", str(tmp_path / "arm.html")]) == 0
-    assert "<title>c</title>" in (tmp_path / "arm.html").read_text()
+    assert "<title>c: haico report</title>" in (tmp_path / "arm.html").read_text()
+    # It says when it was made and by what, and names the results relative to where it ran.
+    made = re.search(r"made (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC by pytest-haico ", text)
+    assert made is not None
+    now = datetime.now(UTC).replace(tzinfo=None)
+    assert abs(datetime.strptime(made[1], "%Y-%m-%d %H:%M:%S") - now) < timedelta(hours=1)
+    monkeypatch.chdir(campaign.parent)
+    assert main(["report", str(campaign), "--html", str(tmp_path / "here.html")]) == 0
+    assert "haico report of <code>c</code>" in (tmp_path / "here.html").read_text()
     assert "max-width" not in text
     assert page.sections == list(SECTIONS)
     # Pass rate per arm × stratum, lowest first: other 4/6, demo default 6/7, demo long 4/4.

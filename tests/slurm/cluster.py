@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -280,3 +281,34 @@ def _terminate(pid: int | None, grace: float) -> None:
 def _fields(line: str) -> dict[str, str]:
     """``KEY=VALUE`` words of one Slurm record line."""
     return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tests.slurm.cluster DIR`: a private Slurm in DIR (made, mode 0700) until
+    Ctrl-C or SIGTERM, for trying `haico submit` on one machine (as root, Slurm installed);
+    it prints the SLURM_CONF to export in the shell that submits."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.slurm.cluster", description=main.__doc__)
+    parser.add_argument("directory", type=Path, help="where its config, state and logs go")
+    args = parser.parse_args(argv)
+    reason = missing_requirements()
+    if reason is not None:
+        print(f"cannot start a private Slurm here: {reason}", flush=True)
+        return 2
+    cluster = SlurmCluster(args.directory.absolute())
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        cluster.start()
+        print(f"export SLURM_CONF={cluster.conf}    # then sinfo, haico submit ...", flush=True)
+        print("a private Slurm of one node runs; Ctrl-C stops every daemon", flush=True)
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

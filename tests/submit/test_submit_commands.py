@@ -221,3 +221,48 @@ def test_no_experiments_directory(tmp_path: Path, slurm_bin: Path) -> None:
         _haico(tmp_path, "submit", "demo", "--stage", "smoke", path=slurm_bin),
         "no experiments directory",
     )
+
+
+@pytest.mark.parametrize(
+    ("parallel", "slurm", "refusal"),
+    [
+        (
+            "tensor_parallel_size = 4",
+            "",
+            "arm demo needs tensor_parallel_size 4 x data_parallel_size 1 = 4 GPUs on one node "
+            "(a model copy cannot span nodes), but no node of partition debug has more than 2 "
+            "(sinfo's GRES): lower the parallel sizes in arms/demo.toml, or choose a partition "
+            "with 4-GPU nodes ([slurm] partition)",
+        ),
+        (
+            "tensor_parallel_size = 2",
+            'gres = "gpu:1"',
+            "arm demo needs tensor_parallel_size 2 x data_parallel_size 1 = 2 GPUs, but its "
+            "[slurm] gres = 'gpu:1' asks for 1: set gres = \"gpu:2\" in arms/demo.toml, or "
+            "change the parallel sizes",
+        ),
+        ("tensor_parallel_size = 1\ndata_parallel_size = 2", 'gres = "gpu:a100:2"', None),
+    ],
+)
+def test_an_arm_whose_model_cannot_get_its_gpus_on_one_node_is_refused_before_any_job(
+    project: Path,
+    slurm_bin: Path,
+    tmp_path: Path,
+    parallel: str,
+    slurm: str,
+    refusal: str | None,
+) -> None:
+    arm = project / "experiments" / "arms" / "demo.toml"
+    text = arm.read_text().replace("[vllm]\n", f"[vllm]\n{parallel}\n")
+    arm.write_text(text.replace("[slurm]\n", f"[slurm]\n{slurm}\n"))
+    (slurm_bin / "sinfo").write_text('#!/bin/bash\necho "debug* 1:00:00 gpu:a100:2(S:0-1)"\n')
+
+    for dry_run in (("--dry-run",), ()):
+        args = ("submit", "demo", "--stage", "smoke", "--profile", "cluster", *dry_run)
+        done = _haico(project, *args, path=slurm_bin)
+        if refusal is None:
+            assert done.returncode == 0, done.stderr
+            continue
+        assert (done.returncode, done.stderr) == (2, f"haico: {refusal}\n")
+    # Refused: nothing queued. Else the smoke stage's two arrays (strata default and long).
+    assert len(list((tmp_path / "calls").glob("*.argv"))) == (0 if refusal else 2)
