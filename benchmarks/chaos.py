@@ -52,7 +52,7 @@ from pytest_haico import Verdict
 from pytest_haico.procfs import is_alive
 from tests.slurm.cluster import SlurmCluster, missing_requirements
 
-# The exit statuses a job may end with (README "Batch jobs"), with no signal.
+# The exit statuses a job may end with (docs/submit.md "Batch jobs"), with no signal.
 JOB_EXITS = {0, 75, 78, 4}
 POLL_S = 2.0
 SERVICES_GONE_S = 10.0  # after the last job ended, what may still be exiting

@@ -14,7 +14,7 @@ from datetime import datetime
 from pytest_haico.slurm.timelimits import parse_time_limit
 from tests.slurm.cluster import SlurmCluster
 
-# A fault and what it does to one running task (README "Batch jobs" says how each ends).
+# A fault and what it does to one running task (docs/submit.md "Batch jobs" says how each ends).
 FAULTS = {
     "scancel": "scancel",
     "usr1-batch": "scancel --signal=USR1 --batch",

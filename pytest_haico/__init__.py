@@ -1,9 +1,10 @@
 """pytest-haico: campaigns of scripted LLM conversations as one pytest session.
 
-The package's parts are its folders; README's "Layout" has the table of what each holds
+The package's parts are its folders; docs/how-it-works.md has the table of what each holds
 and may import, which `tests/test_architecture.py` enforces:
 
     plugin.py, fixtures.py   pytest's entry point and the fixtures: may import every part
+    reference.py             the documentation's generated reference pages: may import every part
     campaign/    the session's hooks: setup, selection, recording, summary, signals
     runner/      conversations in flight, breaker, one stack + runner per arm
     driver/      one conversation over the backend's wire, and its verdict

@@ -40,7 +40,7 @@ OPTIONS = (
     Option(
         "profile",
         "which stack to start: local (the default: stand-ins) or cluster (vLLM from "
-        "$VLLM_VENV, Postgres and the backend from images; README: the cluster profile)",
+        "$VLLM_VENV, Postgres and the backend from images; docs: The cluster profile)",
         "local|cluster",
     ),
     Option(
@@ -94,7 +94,7 @@ OPTIONS = (
     Option(
         "backend_cmd",
         "run the backend from this command (a build under test) instead of the stand-in; "
-        "{port} in it is replaced by its port (README: the backend's environment)",
+        "{port} in it is replaced by its port (docs: Check a backend change)",
         "CMD",
     ),
     Option(

@@ -1,24 +1,17 @@
 """The arm and script reference, rendered as Markdown from the models themselves (each key's
-type, default, bounds and docstring) and from the stand-in personas' descriptions.
-
-    python -m pytest_haico.config.reference             print it
-    python -m pytest_haico.config.reference README.md   rewrite README's copy in place
-
-README's copy sits between the two markers; a test fails while it differs from this
-rendering, so the reference cannot drift from the code.
-"""
+type, default, bounds and docstring) and from the stand-in personas' descriptions: the body
+of the documentation's page `docs/reference/arm-and-scripts.md` (`pytest_haico.reference`
+writes it)."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import itertools
-import sys
 import textwrap
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
@@ -31,11 +24,6 @@ from pytest_haico.config.expect import Expect
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.sections import PERSONAS, Persona, Section
 from pytest_haico.durations import SLURM_TIME_FORMATS
-from pytest_haico.files import write_atomic
-
-BEGIN = "<!-- reference:begin -->"
-END = "<!-- reference:end -->"
-REGENERATE = "python -m pytest_haico.config.reference README.md"
 
 # What each validator a key passes through asks of its value, in the bounds column.
 _VALIDATORS: dict[Callable[..., Any], str] = {
@@ -49,12 +37,12 @@ _TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def render_reference() -> str:
-    """The reference's Markdown, without the markers."""
+    """The reference's Markdown."""
     return "\n".join(_lines()) + "\n"
 
 
 def _lines() -> Iterator[str]:
-    yield "### The arm file: `experiments/arms/<arm>.toml`"
+    yield "## The arm file: `experiments/arms/<arm>.toml`"
     yield ""
     yield (
         "The arm's name is the file's stem. Every key has a default, but an empty file is "
@@ -63,7 +51,7 @@ def _lines() -> Iterator[str]:
     )
     yield from _tables(Arm, "", skip=frozenset({"name"}))
     yield ""
-    yield "### A script: `experiments/scripts/*.yaml|*.yml|*.json|*.jsonl`"
+    yield "## A script: `experiments/scripts/*.yaml|*.yml|*.json|*.jsonl`"
     yield ""
     yield (
         "A YAML or JSON file holds one script (a mapping) or several (a list); a JSONL file "
@@ -71,7 +59,7 @@ def _lines() -> Iterator[str]:
     )
     yield from _tables(Script, "")
     yield ""
-    yield "### Numbering"
+    yield "## Numbering"
     yield ""
     yield (
         "Messages count from 1: `scripts/s.yaml:7 (script 2): turn 3, expect.matches` is "
@@ -81,7 +69,7 @@ def _lines() -> Iterator[str]:
         "ledger's `repeat` and `turn_index` from 0, as data."
     )
     yield ""
-    yield "### The stand-in personas: `[standin] persona`"
+    yield "## The stand-in personas: `[standin] persona`"
     yield ""
     yield (
         "The local profile's stand-in model answers as its persona says, from the seed and "
@@ -120,7 +108,7 @@ def _tables(
     if rows:
         yield ""
         if where:
-            yield f"#### `{_heading(where)}`"
+            yield f"### `{_heading(where)}`"
             yield ""
             yield _description_of(model)
             yield ""
@@ -267,33 +255,3 @@ def _default(field: FieldInfo) -> str:
     if isinstance(value, list | dict):
         return "`[]`" if isinstance(value, list) else "`{}`"
     return f"`{value}`"
-
-
-def replace_reference(text: str, reference: str) -> str:
-    """`text` with what lies between the markers replaced by `reference`."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no place for the reference: write the lines {BEGIN} and {END}")
-    return f"{text[: start + len(BEGIN)]}\n{reference}{text[end:]}"
-
-
-def main(argv: Sequence[str]) -> int:
-    """Print the reference, or rewrite the copy in the file `argv` names; 2 when it cannot."""
-    if not argv:
-        sys.stdout.write(render_reference())
-        return 0
-    path = Path(argv[0])
-    try:
-        text = path.read_text(encoding="utf-8")
-        updated = replace_reference(text, render_reference())
-        if updated != text:
-            write_atomic(path, updated.encode(), mode=path.stat().st_mode & 0o777)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        print(f"haico: {path}: {exc}", file=sys.stderr)
-        return 2
-    print(f"{path}: {'the reference rewritten' if updated != text else 'up to date'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

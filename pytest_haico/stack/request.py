@@ -17,10 +17,11 @@ class BackendCommand:
     """A backend build run in place of the stand-in (`--haico-backend-cmd`): `command` split
     as a shell would (no shell runs it), `{port}` replaced, run in `directory`.
 
-    Its environment (the contract the README documents): HAICO_BACKEND_HOST and
-    HAICO_BACKEND_PORT (where to listen), HAICO_DATABASE_URL, ADMIN_DEFAULT_API_TOKEN (the
-    admin token requests carry), VLLM_API_KEY (the model server's key) and
-    HAICO_MODEL_ENDPOINT; it must answer GET /api/health with that token once ready.
+    Its environment (the contract docs/validate.md and docs/backend-api.md document):
+    HAICO_BACKEND_HOST and HAICO_BACKEND_PORT (where to listen), HAICO_DATABASE_URL,
+    ADMIN_DEFAULT_API_TOKEN (the admin token requests carry), VLLM_API_KEY (the model
+    server's key) and HAICO_MODEL_ENDPOINT; it must answer GET /api/health with that token
+    once ready.
     """
 
     command: str

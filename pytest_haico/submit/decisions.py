@@ -1,5 +1,5 @@
 """The decision table of `haico continue`: what becomes of a share, by how its newest attempt
-ended in Slurm and what the ledgers say it still owes (README "Continue"; DESIGN
+ended in Slurm and what the ledgers say it still owes (docs/submit.md "Continue"; DESIGN
 "Continuation decides by what the ledgers owe"). The one place these rules live."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class Decision:
 
 
 def decide(evidence: Evidence, rules: Rules) -> Decision:
-    """The table, first matching row wins (README "Continue" lists it the same way)."""
+    """The table, first matching row wins (docs/submit.md "Continue" lists it the same way)."""
     end, owed, log = evidence.end, evidence.owed, evidence.log
     if end is not None and not end.final:
         return Decision(Action.WAIT, f"{end.state.lower()}, not resubmitted")

@@ -1,6 +1,6 @@
-"""The arm and script reference: README's copy is what the models render, a key added to a
-model changes it, every key and persona has a description, and what it says of numbering and
-the stand-ins is what the code does."""
+"""The arm and script reference (docs/reference/arm-and-scripts.md; tests/docs holds the
+committed page to it): a key added to a model changes it, every key and persona has a
+description, and what it says of numbering and the stand-ins is what the code does."""
 
 from __future__ import annotations
 
@@ -15,22 +15,6 @@ from pytest_haico.config.experiment import Arm, iter_scripts
 from pytest_haico.config.sections import PERSONAS, Persona, StandinSection
 from pytest_haico.errors import ConfigError
 from pytest_haico.standins import personas as standin_personas
-
-README = Path(__file__).parents[2] / "README.md"
-
-
-def _readme_copy(text: str) -> str:
-    start = text.index(reference.BEGIN) + len(reference.BEGIN) + 1
-    return text[start : text.index(reference.END)]
-
-
-def test_the_readme_reference_is_what_the_models_render() -> None:
-    if _readme_copy(README.read_text(encoding="utf-8")) != reference.render_reference():
-        pytest.fail(
-            f"README.md's arm and script reference differs from the models: run "
-            f"`{reference.REGENERATE}` to regenerate it",
-            pytrace=False,
-        )
 
 
 class _WithANewKey(StandinSection):
@@ -78,7 +62,7 @@ def test_the_reference_shows_bounds_defaults_and_checks() -> None:
     assert any(
         line.startswith("| `id` | string | required | 1 to 128 characters;") for line in lines
     )
-    assert "#### `turns[].expect`" in lines
+    assert "### `turns[].expect`" in lines
     assert all(f"| `{name}` |" in "\n".join(lines) for name in typing.get_args(Persona))
 
 
@@ -110,31 +94,3 @@ def test_messages_number_scripts_and_turns_from_1_as_the_reference_says(tmp_path
     with pytest.raises(ConfigError) as caught:
         list(iter_scripts(path))
     assert str(caught.value).startswith(f"{path}:4 (script 2): turn 3, expect.matches: ")
-
-
-def test_the_command_rewrites_the_copy_between_the_markers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    page = tmp_path / "README.md"
-    page.write_text(f"# Title\n\n{reference.BEGIN}\nold\n{reference.END}\n\nAfter.\n")
-    assert reference.main([str(page)]) == 0
-    assert reference.main([str(page)]) == 0
-    text = page.read_text()
-    assert text.startswith(f"# Title\n\n{reference.BEGIN}\n### The arm file")
-    assert text.endswith(f"{reference.END}\n\nAfter.\n")
-    assert _readme_copy(text) == reference.render_reference()
-    out = capsys.readouterr().out.splitlines()
-    assert out == [f"{page}: the reference rewritten", f"{page}: up to date"]
-
-
-def test_the_command_names_a_page_without_markers_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    page = tmp_path / "README.md"
-    page.write_text("# Title\n")
-    assert reference.main([str(page)]) == 2
-    assert capsys.readouterr().err == (
-        f"haico: {page}: no place for the reference: write the lines "
-        f"{reference.BEGIN} and {reference.END}\n"
-    )
-    assert page.read_text() == "# Title\n"

@@ -2,7 +2,8 @@
 Chromium (Debian's `chromium`, which `.ci/run` installs): the screenshot is not blank and
 the page has its sections, every item linked to its transcript (the inline script opens the
 one an address names), plots as small multiples of one series, and its first screen spans
-the width of a wide window. `HAICO_SCREENSHOT=FILE` keeps the screenshot (the README's)."""
+the width of a wide window. `HAICO_SCREENSHOT=FILE` keeps the screenshot (the documentation's
+is docs/images/report-html-first-screen.png)."""
 
 from __future__ import annotations
 

@@ -364,7 +364,7 @@ def walltime(
         jobs = Jobs(slurm_cluster)
         try:
             # A command-line --signal is not in the job's record: the chain passes it on as
-            # SBATCH_SIGNAL, as the README says.
+            # SBATCH_SIGNAL, as docs/submit.md says.
             chain = {"HAICO_CHAIN": "1", "SBATCH_SIGNAL": "B:USR1@30"}
             job = jobs.submit(campaign, WALLTIME_SBATCH, WALLTIME_PYTEST, env=chain)
             services = wait_for_services(jobs, campaign, job)

@@ -86,7 +86,7 @@ def test_health_answers_anyone_with_200_and_no_body(servers: ServerPair) -> None
 def test_metrics_answer_without_the_key_as_vllm_guards_only_v1(
     servers: ServerPair, key: str
 ) -> None:
-    # The README says why the stand-in does not put /metrics behind the key: vLLM does not.
+    # docs/cluster.md says why the stand-in does not put /metrics behind the key: vLLM does not.
     response = servers.tools.get("/metrics", key=key)
     assert response.status_code == 200
     assert "vllm:num_requests_running" in response.text
