@@ -23,8 +23,9 @@ from pytest_haico.ledger.times import AttemptTimes
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_request import ArmRunRequest
-from pytest_haico.runner.arm_run import ArmRun, Conversation
+from pytest_haico.runner.arm_run import ArmRun
 from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.finished import Conversation
 from pytest_haico.runner.outside import Outside
 from pytest_haico.runner.preflight import GateLog
 from pytest_haico.runner.stack_life import RunStack
@@ -320,9 +321,9 @@ def attempt(n: int) -> ItemAttempt:
 
 
 def wait_for_conversation(run: ArmRun, state: ItemAttempt) -> Conversation:
-    """`run.wait(state)`, bounded: a test that would hang fails instead."""
+    """`run.conversations.wait(state)`, bounded: a test that would hang fails instead."""
     pool = concurrent.futures.ThreadPoolExecutor(1)
     try:
-        return pool.submit(run.wait, state).result(TIMEOUT_S)
+        return pool.submit(run.conversations.wait, state).result(TIMEOUT_S)
     finally:
         pool.shutdown(wait=False)
