@@ -11,7 +11,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_haico.driver.conversation import ConversationProgress, ConversationResult
+from pytest_haico.driver.conversation import ConversationProgress
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.errors import LedgerWriteError, StackError
 from pytest_haico.ledger.recorder import ItemAttempt
 from pytest_haico.ledger.records import ErrorInfo

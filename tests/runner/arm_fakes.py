@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Script, ScriptSource
 from pytest_haico.config.items import ItemSpec
-from pytest_haico.driver.conversation import ConversationProgress, ConversationResult
+from pytest_haico.driver.conversation import ConversationProgress
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.errors import StackError
 from pytest_haico.gates.result import GateResult, passed
 from pytest_haico.ledger.layout import ArmPaths
