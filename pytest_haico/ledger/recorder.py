@@ -19,7 +19,7 @@ from pytest_haico.config.identity import (
 )
 from pytest_haico.config.item_list import ItemList
 from pytest_haico.config.items import ItemSpec
-from pytest_haico.config.settings import Shard
+from pytest_haico.config.shard import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import LedgerWriteError, ResultsError, ShareTakenOverError
 from pytest_haico.files import DEFAULT_FILE_MODE, describe_filesystem, make_dirs

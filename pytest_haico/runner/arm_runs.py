@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError, headline
-from pytest_haico.gates.result import first_failure
+from pytest_haico.errors import NotAdmittedError, StackError, headline
+from pytest_haico.gates.result import GateFailedError, first_failure
 from pytest_haico.gates.static import WALLTIME
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
-from pytest_haico.errors import ConfigError, GateFailedError
+from pytest_haico.errors import ConfigError
 from pytest_haico.files import start_write_error
 from pytest_haico.gates import filesystem, gpu, static
 from pytest_haico.gates.dynamic import JUDGE, SERVED_MODEL
 from pytest_haico.gates.result import (
     Gate,
+    GateFailedError,
     GateResult,
     failed,
     failure_line,

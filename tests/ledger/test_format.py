@@ -17,9 +17,8 @@ from pytest_haico.ledger.format import (
     iter_ledger,
     iter_ledger_dir,
     leading_fields_pattern,
-    record_line,
 )
-from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.records import LedgerRecord, record_line
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.report.item_costs import load_costs
 from pytest_haico.results import load_results

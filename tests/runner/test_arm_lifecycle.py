@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.errors import DumpError, GateFailedError, NotAdmittedError, StackError
-from pytest_haico.gates.result import failed
+from pytest_haico.errors import DumpError, NotAdmittedError, StackError
+from pytest_haico.gates.result import GateFailedError, failed
 from pytest_haico.ledger.records import ErrorInfo
 from pytest_haico.ledger.verdicts import Verdict
 from tests.polling import wait_for
