@@ -120,8 +120,7 @@ def fill_ledger(root: Path, records: int) -> Path:
 
     Their items are not in the campaign, so every line is read and none deselects.
     """
-    from pytest_haico.ledger.format import record_line
-    from pytest_haico.ledger.records import LedgerRecord, TurnRecord
+    from pytest_haico.ledger.records import LedgerRecord, TurnRecord, record_line
     from pytest_haico.ledger.verdicts import Verdict
 
     ledger = root / "results" / "default" / "demo" / "ledger"

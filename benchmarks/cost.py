@@ -29,8 +29,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pytest_haico.ledger.format import iter_ledger_dir, record_line
-from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
+from pytest_haico.ledger.format import iter_ledger_dir
+from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord, record_line
 from pytest_haico.ledger.verdicts import MEASURED_VERDICTS, Verdict
 from pytest_haico.report.item_costs import load_costs
 

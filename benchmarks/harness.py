@@ -33,7 +33,8 @@ from typing import Any
 import httpx
 
 from pytest_haico.config.experiment import Arm, Script
-from pytest_haico.driver.conversation import ConversationResult, run_conversation
+from pytest_haico.driver.conversation import ConversationSetup, run_conversation
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.driver.snapshots import VLLM_PROVIDER, Snapshot
 from pytest_haico.driver.wire import STREAM_PATH
 from pytest_haico.ledger.verdicts import Verdict
@@ -162,7 +163,14 @@ def run_runner(url: str, workdir: Path, conversations: int, *, driver: bool = Tr
             return httpx.AsyncClient()
 
         client = runner.call(open_client)
-        snapshots = FakeSnapshots()
+        setup = ConversationSetup(
+            backend_url=url,
+            token=TOKEN,
+            endpoint_url=ENDPOINT,
+            arm=ARM,
+            snapshots=FakeSnapshots(),
+            snapshot_wait_s=0.0,
+        )
         for key in range(conversations):
             if not driver:
                 runner.submit(key, partial(_bare_conversation, client, url, key))
@@ -172,15 +180,10 @@ def run_runner(url: str, workdir: Path, conversations: int, *, driver: bool = Tr
                 partial(
                     run_conversation,
                     client,
-                    backend_url=url,
-                    token=TOKEN,
-                    endpoint_url=ENDPOINT,
-                    arm=ARM,
+                    setup,
                     script=SCRIPT,
                     thread_id=f"thread-{key}",
                     transcript_path=workdir / "transcripts" / f"{key}.jsonl",
-                    snapshots=snapshots,
-                    snapshot_wait_s=0.0,
                 ),
             )
         verdicts = [runner.wait(key) for key in range(conversations)]

@@ -9,7 +9,8 @@ HaicoError
 │   └── WireError        the backend sent something that is not an event of the wire format
 ├── StackError           a service failed to start, answer or stop
 │   ├── PortInUseError   a co-tenant took a service's port after it was claimed
-│   └── GateFailedError  a preflight gate failed before the arm's first item (exit 78)
+│   └── GateFailedError  a preflight gate failed before the arm's first item (exit 78);
+│                        beside the gate results it holds, in `gates.result`
 ├── LedgerWriteError     a ledger record could not be made durable (full or read-only disk)
 ├── DumpError            pg_dump of the backend's database failed
 ├── UntrustedFileError   a file another user could have planted: a symlink, not a regular
@@ -24,12 +25,7 @@ HaicoError
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pytest_haico.gates.result import GateResult
 
 
 class HaicoError(Exception):
@@ -80,22 +76,6 @@ class WireError(InfraError):
 
 class PortInUseError(StackError):
     """The service could not bind its port: a co-tenant took it after it was claimed."""
-
-
-class GateFailedError(StackError):
-    """A preflight gate failed: the message is its failure line (which gate, why, how to
-    fix); `results` holds every gate run so far, the failed one last."""
-
-    def __init__(self, message: str, *, results: Sequence[GateResult]) -> None:
-        self.results = tuple(results)
-        super().__init__(message)
-
-    @property
-    def brief(self) -> str:
-        """The failed gate by name only, for the item's error and pytest's stop line: the
-        whole failure line is printed once, in the haico summary."""
-        gate = next((result.name for result in self.results if not result.passed), "?")
-        return f"gate {gate} failed (why and the fix: the haico summary)"
 
 
 class LedgerWriteError(HaicoError):

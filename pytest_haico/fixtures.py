@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     import httpx
 
     from pytest_haico.config.items import ItemSpec
-    from pytest_haico.runner.arm_run import Conversation, HaicoStack
+    from pytest_haico.runner.arm_run import HaicoStack
+    from pytest_haico.runner.finished import Conversation
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""The package's parts import each other one way only (see `pytest_haico/__init__.py`), and
-only `slurm/` runs Slurm's commands."""
+"""The package's parts import each other one way only (see `pytest_haico/__init__.py`), no
+two modules import each other (not even for types only), and only `slurm/` runs Slurm's
+commands."""
 
 from __future__ import annotations
 
@@ -178,6 +179,81 @@ def test_every_module_is_at_most_400_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     ]
     assert not long, "\n".join(long)
+
+
+def _module_level_imports(module: str, tree: ast.Module, modules: set[str]) -> set[str]:
+    """The `modules` that `tree` imports when it is imported or type-checked: its
+    module-level imports, those under `if TYPE_CHECKING:` included; not those inside a
+    function (a deliberate lazy import), nor the root package (every module's parent)."""
+    found: set[str] = set()
+    nodes: list[ast.stmt] = list(tree.body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.If | ast.Try):
+            nodes += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            nodes += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in modules else node.module)
+    return {name for name in found if name in modules and name not in ("pytest_haico", module)}
+
+
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph.get(module, ())):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = [stack.pop()]
+            while component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_modules_import_each_other_not_even_for_types_only() -> None:
+    """A type one module needs from another that imports it lives with its owner instead."""
+    modules = {module for module, _ in _modules()}
+    graph = {
+        module: _module_level_imports(module, ast.parse(path.read_text(), str(path)), modules)
+        for module, path in _modules()
+    }
+    cycles = _import_cycles(graph)
+    assert not cycles, "\n".join(" <-> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_rule_catches_a_type_only_cycle() -> None:
+    errors = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pytest_haico.gates.result import GateResult\n"
+        "def lazy():\n"
+        "    from pytest_haico.files import write_atomic\n"
+    )
+    modules = {"pytest_haico.errors", "pytest_haico.files", "pytest_haico.gates.result"}
+    imported = _module_level_imports("pytest_haico.errors", errors, modules)
+    assert imported == {"pytest_haico.gates.result"}
+    graph = {"pytest_haico.errors": imported, "pytest_haico.gates.result": {"pytest_haico.errors"}}
+    assert _import_cycles(graph) == [["pytest_haico.errors", "pytest_haico.gates.result"]]
 
 
 def test_the_rule_catches_a_crossing_import() -> None:

@@ -203,7 +203,7 @@ class CampaignPlugin:
         state = item.stash.get(ATTEMPT_KEY, None)
         if state is None or state.recorded is not None:
             return
-        reason = self.sessions.not_starting(state)
+        reason = self.sessions.early.not_starting(state)
         if reason is not None:
             pytest.skip(f"haico: not started: {reason}")
 
@@ -220,7 +220,7 @@ class CampaignPlugin:
             state.clock.start()
         try:
             result = yield
-            self.sessions.stop_before(item.session, nextitem)
+            self.sessions.early.stop_before(item.session, nextitem)
             return result
         except (KeyboardInterrupt, pytest.exit.Exception) as exc:
             if state is not None and not self.sessions.holds_conversation(state):

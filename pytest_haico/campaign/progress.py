@@ -232,7 +232,7 @@ class ProgressPlugin:
 
     def recorded(self, state: ItemAttempt, record: LedgerRecord) -> None:
         """A record is on disk (the runner's, or the report hook's): the item's line."""
-        in_flight = sum(run.in_flight for run in list(self.sessions.runs.values()))
+        in_flight = sum(run.conversations.in_flight for run in list(self.sessions.runs.values()))
         with self._lock:
             self.done += 1
             self._told.add(state.nodeid)

@@ -157,7 +157,7 @@ class SessionSignals:
             # the first) hurries it, never raises into that report or the stack's stop.
             if self.interrupted and not self.sessions.tearing_down:
                 self._say("SIGINT again: stopping now; the stack still stops and is cleaned")
-            self.sessions.cancel_in_flight("SIGINT: stopped by the user")
+            self.sessions.early.cancel_in_flight("SIGINT: stopped by the user")
             return
         self.interrupted = True
         self._interrupt(KeyboardInterrupt())
@@ -166,7 +166,7 @@ class SessionSignals:
         if self.sessions.tearing_down and self.sessions.stops.drain is None:
             return  # every item ran: the run is finishing anyway
         again = self.sessions.stops.drain is not None
-        self.sessions.begin_drain("SIGUSR1: draining", self.drain_timeout_s)
+        self.sessions.early.begin_drain("SIGUSR1: draining", self.drain_timeout_s)
         drain = self.sessions.stops.drain
         if again:
             self._say(
@@ -187,7 +187,7 @@ class SessionSignals:
         reason = "SIGTERM: the job is being ended (walltime, scancel, preemption)"
         if first:
             self._say(f"{reason}: what is in flight is recorded interrupted now; no final dump")
-        self.sessions.terminate(reason)
+        self.sessions.early.terminate(reason)
         if first and not self.sessions.tearing_down and not self.interrupted:
             self._interrupt(TerminatedError(reason))  # after a Ctrl-C the session is ending
 

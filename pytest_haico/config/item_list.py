@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from pytest_haico.errors import ConfigError
 
-if TYPE_CHECKING:  # settings holds the parsed list
-    from pytest_haico.config.settings import Shard
+if TYPE_CHECKING:
+    from pytest_haico.config.shard import Shard
 
 _FORMAT = "test ids such as qwen32b-plan-trip-r0 (<arm>-<script id>-r<repeat>), one per line"
 

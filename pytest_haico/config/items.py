@@ -16,7 +16,8 @@ from pytest_haico.config.identity import (
     item_id,
     model_identity,
 )
-from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.config.settings import Profile
+from pytest_haico.config.shard import Shard
 from pytest_haico.errors import ConfigError
 
 _T = TypeVar("_T")

@@ -24,6 +24,7 @@ from pytest_haico.config.resolution import (
     resolve_places,
     resolve_results_mode,
 )
+from pytest_haico.config.shard import Shard, parse_shard
 from pytest_haico.config.values import (
     MODEL_API_KEY_ENV,
     enum_parser,
@@ -59,17 +60,6 @@ class ExitMode(enum.StrEnum):
 
     STRICT = "strict"
     CAMPAIGN = "campaign"
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Task `index` of `count`: the items whose item_id falls in this share."""
-
-    index: int
-    count: int
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
 
 
 @dataclass(frozen=True)
@@ -193,25 +183,3 @@ def parse_served_name(value: Any, source: str) -> str:
             source, "", f"{text!r} is not a served model's name: use [a-z0-9_.] with inner '-'"
         )
     return text
-
-
-def parse_shard(value: Any, source: str) -> Shard:
-    """`I/N` with 0 <= I < N."""
-    text = str(value).strip()
-    index_text, slash, count_text = text.partition("/")
-    try:
-        index, count = int(index_text), int(count_text)
-    except ValueError:
-        index, count = -1, 0
-    if not slash or count < 1 or index < 0:
-        raise ConfigError(
-            source, "", f"invalid shard {text!r}; expected I/N with 0 <= I < N, e.g. 0/4"
-        )
-    if index >= count:
-        raise ConfigError(
-            source,
-            "",
-            f"invalid shard {text!r}: the index must be below N (0..{count - 1}); shards "
-            "count from 0",
-        )
-    return Shard(index, count)

@@ -6,8 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,13 @@ from pytest_haico.driver.judge import (
     make_finding,
 )
 from pytest_haico.driver.judging import Scorer, score_judge
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.driver.snapshots import Snapshot, SnapshotReader, read_snapshot
 from pytest_haico.driver.sse import SSEDecoder
 from pytest_haico.driver.transcripts import TranscriptWriter
 from pytest_haico.errors import WireError
 from pytest_haico.ledger.records import ErrorInfo, TurnRecord
-from pytest_haico.ledger.times import AttemptTimes, Stopwatch
+from pytest_haico.ledger.times import Stopwatch
 from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
 
@@ -45,30 +45,6 @@ _ERROR_BODY_CHARS = 300
 # costs more than the rest of the turn's client work). A backend that keeps the
 # stream open gets this long, then the connection is closed.
 _DRAIN_GRACE_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationResult:
-    """How a conversation ended: its verdict, per-turn metrics and the winning reason."""
-
-    verdict: Verdict
-    turns: tuple[TurnRecord, ...]
-    error: ErrorInfo | None
-    times: AttemptTimes  # the conversation's own start and monotonic duration
-    # Each turn's answer (its final step's text, redacted), one per entry of `turns`.
-    answers: tuple[str, ...] = ()
-
-    @property
-    def started_at(self) -> datetime:
-        return self.times.started_at
-
-    @property
-    def finished_at(self) -> datetime:
-        return self.times.finished_at
-
-    @property
-    def duration_s(self) -> float:
-        return self.times.duration_s
 
 
 class ConversationProgress:
@@ -130,48 +106,60 @@ def make_thread_id(item_id: str, run_id: str, attempt: int) -> str:
     return str(uuid.uuid5(_THREAD_NAMESPACE, f"{item_id}/{run_id}/{attempt}"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConversationSetup:
+    """What every conversation of an arm's run shares: the backend and its admin token, the
+    model endpoint the backend is to call, the arm, the snapshot reader, the bounds, and
+    what redacts and judges. ``turn_timeout_s`` bounds each turn's request and stream
+    (None: the arm's ``run.turn_timeout_s``); ``snapshot_wait_s`` is how long a turn's
+    ``workspace_snapshots`` row may take to appear; ``judge`` scores the turns'
+    `expect: {judge: ...}`."""
+
+    backend_url: str
+    token: str = field(repr=False)
+    endpoint_url: str
+    arm: Arm
+    snapshots: SnapshotReader
+    turn_timeout_s: float | None = None
+    connect_timeout_s: float = 10.0
+    snapshot_wait_s: float = 5.0
+    redactor: Redactor | None = None
+    judge: Scorer | None = None
+
+
 async def run_conversation(
     client: httpx.AsyncClient,
+    setup: ConversationSetup,
     *,
-    backend_url: str,
-    token: str,
-    endpoint_url: str,
-    arm: Arm,
     script: Script,
     thread_id: str,
     transcript_path: Path,
-    snapshots: SnapshotReader,
-    turn_timeout_s: float | None = None,
-    connect_timeout_s: float = 10.0,
-    snapshot_wait_s: float = 5.0,
-    redactor: Redactor | None = None,
-    progress: ConversationProgress | None = None,
     transcript_header: Mapping[str, Any] | None = None,
-    judge: Scorer | None = None,
+    progress: ConversationProgress | None = None,
 ) -> ConversationResult:
     """Send the script's turns one after another and judge the conversation.
 
-    ``turn_timeout_s`` bounds each turn's request and stream (default: the arm's
-    ``run.turn_timeout_s``); ``snapshot_wait_s`` is how long a turn's
-    ``workspace_snapshots`` row may take to appear. Cancellation propagates after
-    the transcript is closed; ``progress`` then holds the partial conversation.
-    ``transcript_header`` is the transcript's first line (`transcripts.transcript_header`);
-    ``judge`` scores the turns' `expect: {judge: ...}`."""
-    turn_timeout_s = arm.run.turn_timeout_s if turn_timeout_s is None else turn_timeout_s
+    ``transcript_header`` is the transcript's first line (`transcripts.transcript_header`).
+    Cancellation propagates after the transcript is closed; ``progress`` then holds the
+    partial conversation."""
+    arm, token = setup.arm, setup.token
+    turn_timeout_s = (
+        arm.run.turn_timeout_s if setup.turn_timeout_s is None else setup.turn_timeout_s
+    )
     conversation = _Conversation(
         client=client,
         arm=arm,
-        url=wire.stream_url(backend_url),
+        url=wire.stream_url(setup.backend_url),
         headers=wire.build_headers(token),
-        endpoint_url=endpoint_url,
-        snapshots=snapshots,
+        endpoint_url=setup.endpoint_url,
+        snapshots=setup.snapshots,
         turn_timeout_s=turn_timeout_s,
         # The turn's deadline bounds the rest (asyncio.timeout, one per turn).
-        http_timeout=httpx.Timeout(None, connect=min(connect_timeout_s, turn_timeout_s)),
-        snapshot_wait_s=snapshot_wait_s,
-        redactor=(redactor or Redactor()).with_secrets(token),
+        http_timeout=httpx.Timeout(None, connect=min(setup.connect_timeout_s, turn_timeout_s)),
+        snapshot_wait_s=setup.snapshot_wait_s,
+        redactor=(setup.redactor or Redactor()).with_secrets(token),
         progress=ConversationProgress() if progress is None else progress,
-        judge=judge,
+        judge=setup.judge,
     )
     return await conversation.run(
         script, thread_id=thread_id, transcript_path=transcript_path, header=transcript_header

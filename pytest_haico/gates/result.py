@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from pytest_haico.errors import StackError
 from pytest_haico.files import write_atomic
 from pytest_haico.redact import Redactor
 
@@ -36,6 +37,22 @@ class GateResult:
     def failure_line(self) -> str:
         """``gate <name> failed: <why>; <how to fix>`` (the one line a failed run prints)."""
         return failure_line(self)
+
+
+class GateFailedError(StackError):
+    """A preflight gate failed: the message is its failure line (which gate, why, how to
+    fix); `results` holds every gate run so far, the failed one last."""
+
+    def __init__(self, message: str, *, results: Sequence[GateResult]) -> None:
+        self.results = tuple(results)
+        super().__init__(message)
+
+    @property
+    def brief(self) -> str:
+        """The failed gate by name only, for the item's error and pytest's stop line: the
+        whole failure line is printed once, in the haico summary."""
+        gate = next((result.name for result in self.results if not result.passed), "?")
+        return f"gate {gate} failed (why and the fix: the haico summary)"
 
 
 def passed(name: str, detail: str) -> GateResult:

@@ -1,7 +1,7 @@
-"""The ledger's line format: the schema versions, the order of a line's leading fields, a
-record's one line, and the tolerant reader that every ledger reader reads through.
+"""The ledger's line format: the schema versions, the order of a line's leading fields, and
+the tolerant reader that every ledger reader reads through.
 
-A record is one line: its compact JSON (`record_line`), `schema` first, then the leading
+A record is one line: its compact JSON (`records.record_line`), `schema` first, then the leading
 fields in `LEADING_FIELDS`' order, then the rest. Those leading fields keep their order
 and compact form in every schema: the fast readers (resume, `haico cost`) match them
 without a JSON parse (`leading_fields_pattern`); a new field goes after them.
@@ -38,15 +38,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from pytest_haico.errors import ResultsError
 from pytest_haico.files import file_kind
 from pytest_haico.ledger.damage import damaged_field
 from pytest_haico.ledger.layout import is_ledger_name
-
-if TYPE_CHECKING:
-    from pytest_haico.ledger.records import LedgerRecord
 
 Warn = Callable[[str], None]
 
@@ -93,11 +90,6 @@ _SCHEMAS_PATTERN = b"|".join(b"%d" % schema for schema in sorted(READABLE_SCHEMA
 def is_readable_schema(value: object) -> bool:
     """Whether a record's `schema` value is one this package reads (`true` is no 1)."""
     return type(value) is int and value in READABLE_SCHEMAS
-
-
-def record_line(record: LedgerRecord) -> bytes:
-    """A record as its one line: compact JSON in the model's field order, then a newline."""
-    return record.model_dump_json(by_alias=True).encode() + b"\n"
 
 
 def leading_fields_pattern(*names: str) -> re.Pattern[bytes]:

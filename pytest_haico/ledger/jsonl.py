@@ -15,8 +15,7 @@ from pytest_haico.files import (
     open_for_append,
     write_all,
 )
-from pytest_haico.ledger.format import record_line
-from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.records import LedgerRecord, record_line
 
 
 class LedgerWriter:

@@ -19,7 +19,7 @@ from pytest_haico.config.identity import (
 )
 from pytest_haico.config.item_list import ItemList
 from pytest_haico.config.items import ItemSpec
-from pytest_haico.config.settings import Shard
+from pytest_haico.config.shard import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import LedgerWriteError, ResultsError, ShareTakenOverError
 from pytest_haico.files import DEFAULT_FILE_MODE, describe_filesystem, make_dirs
@@ -249,6 +249,18 @@ class Recorder:
             self._claims[arm] = claim
             self._writers[arm] = LedgerWriter(paths.ledger(claim.run_id), file_mode=self.file_mode)
         return claim
+
+    def share_taken(self, arm: str) -> tuple[Holder, Path] | None:
+        """Another run that holds one of this run's shares of `arm` now (a requeue of its
+        job took it while this run lived on), and that claim's file; None while this run
+        holds every share it claimed."""
+        with self._lock:
+            claims = [claim for (of, _), claim in sorted(self._shares.items()) if of == arm]
+        for claim in claims:
+            holder = claim.taken_by()
+            if holder is not None:
+                return holder, claim.path
+        return None
 
     def _check_share(self, arm: str, stratum: str) -> None:
         """Raise `ShareTakenOverError` when another run holds this run's share now."""

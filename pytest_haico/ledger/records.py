@@ -1,5 +1,6 @@
 """The ledger record model: one item attempt, its turns, error and Slurm placement, as
-validated before it is written (the line's format and schema versions: `ledger.format`)."""
+validated before it is written, and its one line (the line's format and schema versions:
+`ledger.format`)."""
 
 from __future__ import annotations
 
@@ -125,3 +126,8 @@ class LedgerRecord(_Record):
     harness_version: str
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def record_line(record: LedgerRecord) -> bytes:
+    """A record as its one line: compact JSON in the model's field order, then a newline."""
+    return record.model_dump_json(by_alias=True).encode() + b"\n"

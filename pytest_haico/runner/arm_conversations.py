@@ -1,5 +1,6 @@
-"""An arm's conversations in flight: the event-loop runner, walltime admission, each item's
-conversation and its record, the circuit breaker, and what a dead service does to them."""
+"""An arm's conversations in flight: the event-loop runner and the controller of how many it
+keeps in flight, walltime admission, each item's conversation and its record, the circuit
+breaker, the ways to stop them early, and what a dead service does to them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_haico.driver.conversation import ConversationProgress, ConversationResult
+from pytest_haico.driver.conversation import ConversationProgress
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.errors import LedgerWriteError, StackError
 from pytest_haico.ledger.recorder import ItemAttempt
 from pytest_haico.ledger.records import ErrorInfo
@@ -19,9 +21,14 @@ from pytest_haico.ledger.verdicts import Verdict, resolve_verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_request import ArmRunRequest
 from pytest_haico.runner.channel import Channel
+from pytest_haico.runner.concurrency import ConcurrencyController
 from pytest_haico.runner.finished import Conversation
 from pytest_haico.runner.loop import Runner
 from pytest_haico.runner.watch import ServiceDeath, ServiceWatch, WatchedProcess
+
+if TYPE_CHECKING:
+    from pytest_haico.runner.run_timeline import RunTimeline
+    from pytest_haico.runner.stack_life import RunStack
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,11 +40,20 @@ class ArmConversations:
     """Keeps the arm's conversations in flight on a `Runner` and records each as it ends.
 
     `start` and `stop` run on pytest's main thread; `submit`, `wait` and the ways to stop
-    early from any thread (those that say so from a signal handler).
+    early from any thread (those that say so from a signal handler). Each conversation's
+    end and each early stop go into the run's `timeline`.
     """
 
-    def __init__(self, request: ArmRunRequest) -> None:
+    def __init__(
+        self,
+        request: ArmRunRequest,
+        *,
+        controller: ConcurrencyController,
+        timeline: RunTimeline,
+    ) -> None:
         self._request = request
+        self._controller = controller
+        self._timeline = timeline
         self._arm = request.arm.name
         self._claim = request.recorder.claim(self._arm)
         self._paths = request.recorder.paths(self._arm)
@@ -56,6 +72,11 @@ class ArmConversations:
     @property
     def queued(self) -> int:
         return self._runner.queued if self._runner is not None else 0
+
+    @property
+    def concurrency(self) -> dict[str, Any]:
+        """What the arm kept in flight: fixed, or auto with its adaptations."""
+        return self._controller.record
 
     @property
     def death(self) -> ServiceDeath | None:
@@ -84,7 +105,7 @@ class ArmConversations:
         self._own_model_server = own_model_server
         self._log_tail = log_tail
         runner: Runner[ItemAttempt, ConversationResult, Conversation] = Runner(
-            concurrency=self._request.in_flight.initial,
+            concurrency=self._controller.initial,
             finish=self._finish,
             admit=self._admit,
             name=f"haico-{self._arm}",
@@ -112,6 +133,14 @@ class ArmConversations:
         )
         self._watch.start()
 
+    def sample(self, stack: RunStack) -> None:
+        """Sample the model server's /metrics, to which concurrency auto adapts the number
+        in flight (the conversations are about to run)."""
+        runner = self._require_runner()
+        self._controller.start_sampling(
+            stack, load=lambda: (runner.in_flight, runner.queued), resize=runner.resize
+        )
+
     def submit(self, state: ItemAttempt) -> None:
         """Queue the item's conversation; it starts as soon as a slot is free."""
         runner = self._require_runner()
@@ -119,37 +148,45 @@ class ArmConversations:
         runner.submit(state, lambda: self._converse(state))
 
     def wait(self, state: ItemAttempt) -> Conversation:
-        """Block until the item's conversation ended and its record is on disk.
+        """Block until the item's conversation ended and its record is on disk (and in the
+        timeline).
 
         An item the plan did not queue (its marks said pytest would skip it) is queued now.
         """
         if state not in self._submitted:
             self.submit(state)
-        return self._require_runner().wait(state)
+        conversation = self._require_runner().wait(state)
+        self._timeline.conversation(conversation.record, concurrency=self.concurrency)
+        return conversation
 
     def was_admitted(self, state: ItemAttempt) -> bool:
         """Whether the item's conversation was started (it may have ended since)."""
         return self._runner is not None and self._runner.was_admitted(state)
 
-    def resize(self, concurrency: int) -> None:
-        """Keep up to `concurrency` conversations in flight from now on (concurrency auto)."""
-        if self._runner is not None:
-            self._runner.resize(concurrency)
+    def ends_at_once(self, state: ItemAttempt) -> bool:
+        """Whether the item's conversation started before the breaker tripped or a service
+        died: cancelled then (or ended before), its record is made at once."""
+        return self.stack_failed and self.was_admitted(state)
+
+    # -- ending early, for the whole session (`ArmRuns`): safe from a signal handler -----
 
     def stop_admitting(self, reason: str) -> None:
-        """Start no more conversations; those in flight go on. Safe from a signal handler."""
+        """The walltime: start no more conversations; those in flight go on."""
+        self._timeline.drain("walltime")
         if self._runner is not None:
             self._runner.stop_admitting(reason)
 
     def cancel_after(self, delay: float, reason: str) -> None:
-        """Start no more conversations; cancel those still in flight `delay` seconds from
-        now (recorded interrupted). Safe from a signal handler."""
+        """SIGUSR1: start no more conversations; cancel those still in flight `delay`
+        seconds from now (recorded interrupted)."""
+        self._timeline.drain("signal", signal="SIGUSR1")
         if self._runner is not None:
             self._runner.cancel_after(delay, reason)
 
     def cancel_in_flight(self, reason: str) -> None:
-        """End the conversations in flight now (recorded interrupted). Safe from a signal
-        handler."""
+        """SIGINT, SIGTERM, a drain ended early: end the conversations in flight now
+        (recorded interrupted)."""
+        self._timeline.drain("stopped")
         if self._runner is not None:
             self._runner.cancel_in_flight(reason)
 
@@ -168,6 +205,11 @@ class ArmConversations:
             _log.exception("haico: stopping the conversations of arm %s", self._arm)
         finally:
             runner.close()
+
+    def stop_sampling(self) -> None:
+        """Stop sampling the model server; the timeline gets the sampler's summary."""
+        summary = self._controller.stop_sampling(self._timeline.conversing)
+        self._timeline.conversations_ended(summary, concurrency=self.concurrency)
 
     # -- on the runner's loop -----------------------------------------------------------
 

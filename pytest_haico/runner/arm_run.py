@@ -10,13 +10,12 @@ from typing import TypeVar
 
 from pytest_haico.errors import StackError
 from pytest_haico.ledger.layout import ArmPaths
-from pytest_haico.ledger.recorder import ItemAttempt
 from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_conversations import ArmConversations
 from pytest_haico.runner.arm_provenance import ArmProvenance, Dumps
 from pytest_haico.runner.arm_request import ArmRunRequest
-from pytest_haico.runner.finished import Conversation as Conversation  # re-exported
+from pytest_haico.runner.concurrency import ConcurrencyController
 from pytest_haico.runner.outside import Outside
 from pytest_haico.runner.run_timeline import RunTimeline
 from pytest_haico.runner.stack_life import RunStack, StackLife
@@ -41,8 +40,9 @@ class HaicoStack:
 
 
 class ArmRun:
-    """The arm's stack, an event-loop runner keeping its conversations in flight, and their
-    records. `start` and `stop` run on pytest's main thread (services must be spawned there).
+    """The arm's stack, its provenance and timeline, and its `conversations` (an item's
+    conversation, and the ways to end them early, are theirs). `start` and `stop` run on
+    pytest's main thread (services must be spawned there).
     """
 
     def __init__(self, request: ArmRunRequest, *, outside: Outside | None = None) -> None:
@@ -61,8 +61,13 @@ class ArmRun:
             model_server_values=self._outside.model_server_values,
             model_server_metrics=self._outside.model_server_metrics,
         )
-        self._conversations = ArmConversations(request)
-        self.timeline = RunTimeline(request, self.claim, self._conversations)
+        controller = ConcurrencyController(
+            request.in_flight, run_dir=self.claim.path, file_mode=request.recorder.file_mode
+        )
+        self.timeline = RunTimeline(request, self.claim, concurrency=controller.record)
+        self.conversations = ArmConversations(
+            request, controller=controller, timeline=self.timeline
+        )
         self._stopped = False
 
     @property
@@ -72,10 +77,6 @@ class ArmRun:
     @property
     def stack(self) -> RunStack | None:
         return self._life.stack
-
-    @property
-    def in_flight(self) -> int:
-        return self._conversations.in_flight
 
     @property
     def elapsed_s(self) -> float | None:
@@ -113,7 +114,7 @@ class ArmRun:
             raise StackError(self.redactor.redact(f"{type(exc).__name__}: {exc}")) from exc
 
     def _start(self) -> HaicoStack:
-        life, conversations, timeline = self._life, self._conversations, self.timeline
+        life, conversations, timeline = self._life, self.conversations, self.timeline
         # A run directory that takes no write (a full disk) ends the start before anything
         # starts, with one line; the services' logs are checked as they open.
         timeline.check_written()
@@ -147,7 +148,7 @@ class ArmRun:
             self._provenance.start_dumps(stack)
             conversations.watch(lambda: stack.processes)
             self._provenance.record_start(stack, redactor=self.redactor)
-            timeline.sample(stack)
+            conversations.sample(stack)
             life.check_interrupted()
         except BaseException:
             self.stop()
@@ -161,25 +162,12 @@ class ArmRun:
         at once. Safe from a signal handler: it sets flags and cancels futures, so nothing
         is raised into whatever the main thread was doing (a Popen, a lock)."""
         self._life.interrupt(reason)
-        self._conversations.cancel_calls()
+        self.conversations.cancel_calls()
 
     def _start_call(self, factory: Callable[[], Awaitable[T]]) -> T:
         """A step of the start on the runner's loop, which `interrupt_start` cancels."""
         self._life.check_interrupted()
-        return self._conversations.call(factory)
-
-    def submit(self, state: ItemAttempt) -> None:
-        """Queue the item's conversation; it starts as soon as a slot is free."""
-        self._conversations.submit(state)
-
-    def wait(self, state: ItemAttempt) -> Conversation:
-        """Block until the item's conversation ended and its record is on disk.
-
-        An item the plan did not queue (its marks said pytest would skip it) is queued now.
-        """
-        conversation = self._conversations.wait(state)
-        self.timeline.conversation(conversation.record)
-        return conversation
+        return self.conversations.call(factory)
 
     def stop(self, *, final_dump: bool = True) -> None:
         """Stop the stack; conversations still in flight are cancelled and recorded
@@ -192,14 +180,14 @@ class ArmRun:
         if self._stopped:
             return
         self._stopped = True
-        timeline = self.timeline
+        timeline, conversations = self.timeline, self.conversations
         try:
             timeline.draining(self.request.breaker.tripped)
-            self._conversations.stop()
+            conversations.stop()
             timeline.end("drain")
-            timeline.stop_sampling()
-            self._provenance.detail("concurrency", timeline.concurrency)
-            death = self._conversations.death
+            conversations.stop_sampling()
+            self._provenance.detail("concurrency", conversations.concurrency)
+            death = conversations.death
             postgres_died = death is not None and death.service == "postgres"
             timeline.start("final_dump")
             self._provenance.finish(final_dump=final_dump, postgres_died=postgres_died)
@@ -209,39 +197,9 @@ class ArmRun:
             self._life.stop()
             timeline.end("stop")
 
-    def was_admitted(self, state: ItemAttempt) -> bool:
-        """Whether the item's conversation was started (it may have ended since)."""
-        return self._conversations.was_admitted(state)
-
-    def ends_at_once(self, state: ItemAttempt) -> bool:
-        """Whether the item's conversation started before the breaker tripped or a service
-        died: cancelled then (or ended before), its record is made at once."""
-        return self._conversations.stack_failed and self._conversations.was_admitted(state)
-
-    def stop_admitting(self, reason: str) -> None:
-        """Start no more conversations; those in flight go on. Safe from a signal handler."""
-        self.timeline.drain("walltime")
-        self._conversations.stop_admitting(reason)
-
-    def cancel_after(self, delay: float, reason: str) -> None:
-        """Start no more conversations; cancel those still in flight `delay` seconds from
-        now (recorded interrupted). Safe from a signal handler."""
-        self.timeline.drain("signal", signal="SIGUSR1")
-        self._conversations.cancel_after(delay, reason)
-
-    def cancel_in_flight(self, reason: str) -> None:
-        """End the conversations in flight now (recorded interrupted). Safe from a signal
-        handler."""
-        self.timeline.drain("stopped")
-        self._conversations.cancel_in_flight(reason)
-
     def abort_dumps(self) -> None:
         """No more pg_dumps; the one running is killed. Safe from a signal handler."""
         self._provenance.abort_dumps()
-
-    def log_tail(self, service: str) -> str:
-        """The last lines of a service's log, redacted."""
-        return self._life.log_tail(service)
 
 
 def _view(arm: str, stack: RunStack) -> HaicoStack:

@@ -1,6 +1,6 @@
-"""The arm sessions of one pytest session: each started at its arm's first use, stopped after
-its arm's last item, and all stopped at the end whatever happened; and the session-wide
-ways to end them early: a drain (USR1, the walltime), an emergency stop (SIGTERM)."""
+"""The arm sessions of one pytest session: each started at its arm's first use (its static
+gates first), stopped after its arm's last item, and all stopped at the end whatever
+happened; the ways to end them early are `early` (`EarlyStops`)."""
 
 from __future__ import annotations
 
@@ -13,27 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_haico.errors import GateFailedError, NotAdmittedError, StackError, headline
-from pytest_haico.gates.result import first_failure
+from pytest_haico.errors import NotAdmittedError, StackError, headline
+from pytest_haico.gates.result import GateFailedError, first_failure
 from pytest_haico.gates.static import WALLTIME
 from pytest_haico.ledger.recorder import ATTEMPT_KEY, ItemAttempt, Recorder
 from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.early_stops import EarlyStops
 from pytest_haico.runner.observer import ArmRunsObserver, ObservedRecorder
 from pytest_haico.runner.skips import is_skipped_by_marks
-from pytest_haico.runner.stopping import (
-    Drain,
-    StopCause,
-    StopKind,
-    Stops,
-    interrupted_start_line,
-)
+from pytest_haico.runner.stopping import StopCause, StopKind, Stops, interrupted_start_line
 
 if TYPE_CHECKING:
     from pytest_haico.config.experiment import Arm
     from pytest_haico.config.items import ItemSpec
     from pytest_haico.config.settings import Settings
     from pytest_haico.runner.arm_request import RunRecorder
-    from pytest_haico.runner.arm_run import ArmRun, Conversation, HaicoStack
+    from pytest_haico.runner.arm_run import ArmRun, HaicoStack
+    from pytest_haico.runner.finished import Conversation
     from pytest_haico.runner.judges import TurnJudge
     from pytest_haico.runner.preflight import ArmPreflights, GateLog
     from pytest_haico.stack.kept import KeptState
@@ -61,13 +57,14 @@ class ArmRuns:
         # Why the runs stopped short, if they did: the first arm start that failed (exit
         # 78), a breaker, a dead service, a drain, the walltime, SIGTERM (exit 75).
         self.stops = Stops()
+        self._sessions: dict[str, ArmRun] = {}
+        self.early = EarlyStops(self.stops, self._sessions)  # drains, SIGTERM, SIGINT
         # A signal that came while a stack was starting: raised once the start has ended.
         self.start_interrupt: KeyboardInterrupt | None = None
         self._launching = False  # an arm's gates and stack are starting on the main thread
         self._starting: ArmRun | None = None  # its run, once it has one
         self.tearing_down = False
         self._session: pytest.Session | None = None
-        self._sessions: dict[str, ArmRun] = {}
         self._failures: dict[str, str] = {}
         self._attempts: dict[str, list[ItemAttempt]] = {}
         self._gated: dict[str, list[ItemSpec]] = {}  # --haico-gates-only: the arm's items
@@ -100,7 +97,7 @@ class ArmRuns:
         if failure is not None:
             raise StackError(failure)
         session = self._sessions.get(arm)
-        stopping = self._no_new_stack()
+        stopping = self.stops.no_new_stack()
         if stopping is not None and (session is None or session.stopped):
             raise NotAdmittedError(stopping)
         # Stopped after the arm's last item, a later hand-written test starts it anew.
@@ -113,7 +110,7 @@ class ArmRuns:
         """--haico-gates-only: the arm's static gates, its stack, its dynamic gates, its
         stop; no conversation. `specs` are the arm's selected items (their scripts and
         strata are gated). A failure is the session's failed start, as in a run."""
-        if self._no_new_stack() is not None:
+        if self.stops.no_new_stack() is not None:
             return  # a drain or SIGTERM came between two arms: nothing new starts
         self._gated[arm] = list(specs)
         try:
@@ -138,7 +135,7 @@ class ArmRuns:
 
     def conversation(self, state: ItemAttempt) -> Conversation:
         self.stack(state.spec.arm.name)
-        return self._sessions[state.spec.arm.name].wait(state)
+        return self._sessions[state.spec.arm.name].conversations.wait(state)
 
     def after(self, item: pytest.Item) -> None:
         """Stop the stack of the arm whose last item this was."""
@@ -160,7 +157,7 @@ class ArmRuns:
             except Exception:  # one arm's cleanup must not keep the others running
                 _log.exception("haico: stopping the stack of arm %s", arm)
 
-    # -- ending early: called from signal handlers, so nothing here waits ---------------
+    # -- a signal during a start: called from signal handlers, so nothing here waits ----
 
     @property
     def starting(self) -> bool:
@@ -176,60 +173,11 @@ class ArmRuns:
         if starting is not None:
             starting.interrupt_start(str(error) or type(error).__name__)
 
-    def begin_drain(self, reason: str, timeout_s: float) -> None:
-        """Stop admitting everywhere; what is in flight gets `timeout_s`, then is cancelled.
-        A second call ends the drain at once."""
-        drain = self.stops.drain
-        if drain is not None:
-            drain.ended_early = True
-            self.cancel_in_flight(f"{reason}: the drain was ended early")
-            return
-        in_flight = sum(s.in_flight for s in self._sessions.values() if not s.stopped)
-        drain = Drain(timeout_s=timeout_s, in_flight=in_flight)
-        self.stops.add(StopCause(StopKind.DRAINED, reason, drain=drain))
-        # Each runner's own loop keeps the deadline: a signal handler must start no thread
-        # (the interrupted code may hold the lock a new thread needs to start).
-        for session in list(self._sessions.values()):
-            session.cancel_after(timeout_s, reason)
-
-    def terminate(self, reason: str) -> None:
-        """The emergency path: cancel what is in flight, kill a running dump, no final dump."""
-        self.stops.add(StopCause(StopKind.TERMINATED, reason))
-        self.cancel_in_flight(reason)
-        for session in self._sessions.values():
-            session.abort_dumps()
-
-    def cancel_in_flight(self, reason: str) -> None:
-        for session in list(self._sessions.values()):
-            session.cancel_in_flight(reason)
-
-    def _stop_admitting_for_walltime(self, reason: str) -> None:
-        """An arm's admission refused the next conversation for the walltime: every arm
-        stops admitting, the in-flight ones finish, the run exits 75."""
-        self.stops.add(StopCause(StopKind.NOT_ADMITTING, reason))
-        for session in list(self._sessions.values()):
-            session.stop_admitting(reason)
-
-    def not_starting(self, state: ItemAttempt) -> str | None:
-        """Why the item will not start (a drain, the walltime, SIGTERM), or None: an item
-        whose conversation is already in flight (or done) goes on."""
-        reason = self._no_new_stack()
-        if reason is None:
-            return None
-        session = self._sessions.get(state.spec.arm.name)
-        if session is not None and session.was_admitted(state):
-            return None
-        return reason
-
     def holds_conversation(self, state: ItemAttempt) -> bool:
         """Whether the item's work is a conversation of the runner: then the runner records
         it (with the turns it had) when it ends or is cancelled, or nothing if it never
         started; an interrupt of the item itself records nothing."""
         return state in self._attempts.get(state.spec.arm.name, ())
-
-    def _no_new_stack(self) -> str | None:
-        """Why no stack may start any more (a drain, the walltime, SIGTERM), or None."""
-        return self.stops.no_new_stack()
 
     def _start(self, arm: str, *, gates_only: bool = False) -> ArmRun:
         """The arm's static gates, then its run started (stack, dynamic gates, runner) and
@@ -267,7 +215,7 @@ class ArmRuns:
         if not gates_only:
             for state in self._attempts.get(arm, []):
                 if state.recorded is None:
-                    session.submit(state)
+                    session.conversations.submit(state)
         return session
 
     def preflight(self) -> bool:
@@ -319,8 +267,8 @@ class ArmRuns:
             admission=admission,
             gate_log=gate_log,
             provenance=partial(self._provenance, arm),
-            on_stop=self._stop_early,
-            on_admission_stop=self._stop_admitting_for_walltime,
+            on_stop=self.early.stopped,
+            on_admission_stop=self.early.stop_admitting,
             judge=self.judges.get(arm),
         )
         session = ArmRun(request)
@@ -380,21 +328,6 @@ class ArmRuns:
         """The served model (`haico serve`) that answers the arm's run, in the summary's words."""
         served = self._static.served.get(arm) if arm in self._sessions else None
         return served.describe() if served is not None and served.served is not None else None
-
-    def _stop_early(self, reason: str) -> None:
-        """A breaker, a dead service, a lost result: its arm admits no more (`stop_before`)."""
-        self.stops.add(StopCause(StopKind.STOPPED, reason))
-
-    def stop_before(self, session: pytest.Session, nextitem: pytest.Item | None) -> None:
-        """After each item: once the run stopped early, stop before the next item unless it
-        has a record or ends at once (it started before a breaker or a dead service)."""
-        state = nextitem.stash.get(ATTEMPT_KEY, None) if nextitem is not None else None
-        stopped = self.stops.reason(StopKind.STOPPED)
-        if stopped is None or (state is not None and state.recorded is not None):
-            return
-        run = self._sessions.get(state.spec.arm.name) if state is not None else None
-        if state is None or run is None or not run.ends_at_once(state):
-            session.shouldstop = f"haico: {headline(stopped)}"
 
 
 ARM_RUNS_KEY = pytest.StashKey[ArmRuns]()

@@ -11,10 +11,11 @@ import httpx
 from pytest_haico import httpclient
 from pytest_haico.driver.conversation import (
     ConversationProgress,
-    ConversationResult,
+    ConversationSetup,
     make_thread_id,
     run_conversation,
 )
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.driver.transcripts import transcript_header
 from pytest_haico.errors import StackError
@@ -51,6 +52,7 @@ class BackendChannel:
         self._judge = request.judge
         self._client: httpx.AsyncClient | None = None
         self._snapshots: PostgresSnapshotReader | None = None
+        self._setup: ConversationSetup | None = None  # once open
 
     async def open(self) -> None:
         # A cluster's proxy settings must never apply to loopback. One kept-alive
@@ -67,22 +69,23 @@ class BackendChannel:
         except Exception as exc:
             message = f"the snapshot connection to postgres failed: {type(exc).__name__}: {exc}"
             raise StackError(self._redactor.redact(message)) from exc
+        stack = self._stack
+        self._setup = ConversationSetup(
+            backend_url=stack.backend_url,
+            token=stack.admin_token,
+            endpoint_url=stack.model_endpoint,
+            arm=self._arm,
+            snapshots=self._snapshots,
+            redactor=self._redactor,
+            judge=self._judge,
+        )
 
     async def dynamic_gates(self) -> tuple[GateResult, ...]:
         """The model server's and the backend's gates, in DESIGN's order."""
         stack = self._stack
         async with httpclient.async_client() as client:
-            assert self._snapshots is not None
-            canary = make_canary(
-                client,
-                backend_url=stack.backend_url,
-                token=stack.admin_token,
-                endpoint_url=stack.model_endpoint,
-                arm=self._arm,
-                snapshots=self._snapshots,
-                transcripts=self._claim.path,
-                redactor=self._redactor,
-            )
+            assert self._setup is not None
+            canary = make_canary(client, self._setup, transcripts=self._claim.path)
             gates = dynamic_gates(client, stack, self._arm, canary)
             return await arun_gates(gates, redactor=self._redactor)
 
@@ -90,8 +93,8 @@ class BackendChannel:
         self, state: ItemAttempt, progress: ConversationProgress
     ) -> ConversationResult:
         """The item's conversation through the backend; `progress` keeps what it got so far."""
-        assert self._client is not None and self._snapshots is not None
-        stack, spec = self._stack, state.spec
+        assert self._client is not None and self._setup is not None
+        spec = state.spec
         run_id = self._claim.run_id
         thread_id = make_thread_id(spec.item_id, run_id, state.attempt)
         header = transcript_header(
@@ -107,18 +110,12 @@ class BackendChannel:
         )
         return await run_conversation(
             self._client,
-            backend_url=stack.backend_url,
-            token=stack.admin_token,
-            endpoint_url=stack.model_endpoint,
-            arm=spec.arm,
+            self._setup,
             script=spec.script,
             thread_id=thread_id,
             transcript_path=self._paths.transcript(spec.item_id, run_id, state.attempt),
-            snapshots=self._snapshots,
-            redactor=self._redactor,
-            progress=progress,
             transcript_header=header,
-            judge=self._judge,
+            progress=progress,
         )
 
     async def model_server_answers(self) -> bool:

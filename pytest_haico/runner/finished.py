@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_haico.config.items import ItemSpec
-from pytest_haico.driver.conversation import ConversationResult
 from pytest_haico.driver.expectations import describe_failure
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.ledger.records import LedgerRecord, TurnRecord
 from pytest_haico.ledger.verdicts import Verdict
 

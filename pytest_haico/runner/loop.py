@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from pytest_haico.errors import NotAdmittedError
+from pytest_haico.runner.loop_thread import LoopThread
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
@@ -70,10 +70,8 @@ class Runner(Generic[K, R, F]):
         self._admitted: set[K] = set()  # keys whose coroutine was started
         self._reason: str | None = None
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: LoopThread | None = None
         self._tasks: dict[asyncio.Task[R], K] = {}  # touched on the loop thread only
-        self._calls: set[concurrent.futures.Future[Any]] = set()  # call()s under way
         self._in_finish = threading.local()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=finish_workers, thread_name_prefix=f"{name}-finish"
@@ -110,22 +108,17 @@ class Runner(Generic[K, R, F]):
             self.concurrency = max(1, concurrency)
             loop = self._loop
         if loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
-                loop.call_soon_threadsafe(self._pump)
+            loop.soon(self._pump)
 
     def start(self) -> None:
         """Start the loop thread; keys submitted before are admitted now."""
         with self._lock:
             if self._loop is not None or self._closed:
                 raise RuntimeError(f"runner {self.name} was already started or closed")
-            loop = asyncio.new_event_loop()
+            loop = LoopThread(self.name)
             self._loop = loop
-            # A daemon, so a hung loop cannot hold the interpreter at exit; close() joins it.
-            self._thread = threading.Thread(
-                target=self._serve, args=(loop,), name=self.name, daemon=True
-            )
-            loop.call_soon_threadsafe(self._pump)
-        self._thread.start()
+            loop.loop.call_soon_threadsafe(self._pump)
+        loop.start()
 
     def submit(self, key: K, factory: Callable[[], Awaitable[R]]) -> None:
         """Queue a conversation; ``factory()`` is called on the loop when it is admitted."""
@@ -138,7 +131,7 @@ class Runner(Generic[K, R, F]):
             if reason is None:
                 self._queue.append((key, factory))
                 if self._loop is not None:
-                    self._loop.call_soon_threadsafe(self._pump)
+                    self._loop.loop.call_soon_threadsafe(self._pump)
                 return
         future.set_exception(NotAdmittedError(reason))
 
@@ -170,11 +163,8 @@ class Runner(Generic[K, R, F]):
         self.stop_admitting(reason)
         with self._lock:
             loop = self._loop
-        if loop is None:
-            return
-        # RuntimeError: the loop was closed meanwhile, so nothing runs any more.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._cancel_tasks)
+        if loop is not None:
+            loop.soon(self._cancel_tasks)
 
     def cancel_after(self, delay: float, reason: str) -> None:
         """Stop admitting now; cancel what is still running `delay` seconds from now.
@@ -185,10 +175,8 @@ class Runner(Generic[K, R, F]):
         self.stop_admitting(reason)
         with self._lock:
             loop = self._loop
-        if loop is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
-            loop.call_soon_threadsafe(loop.call_later, delay, self._cancel_tasks)
+        if loop is not None:
+            loop.soon(loop.loop.call_later, delay, self._cancel_tasks)
 
     def drain(self, timeout: float, *, reason: str = "the run is draining") -> None:
         """Stop admitting, give in-flight coroutines ``timeout`` seconds, then cancel them.
@@ -201,8 +189,8 @@ class Runner(Generic[K, R, F]):
         self.stop_admitting(reason)
         loop = self._loop
         # Not running: not started yet, so nothing was admitted, or already stopped.
-        if loop is not None and loop.is_running():
-            drained = asyncio.run_coroutine_threadsafe(self._drain(timeout), loop)
+        if loop is not None and loop.loop.is_running():
+            drained = asyncio.run_coroutine_threadsafe(self._drain(timeout), loop.loop)
             try:
                 # _drain bounds itself; this bound is for a loop blocked by a coroutine.
                 drained.result(timeout + self._cancel_grace_s + _LOOP_SLACK_S)
@@ -224,13 +212,10 @@ class Runner(Generic[K, R, F]):
             self._closed = True
         self.drain(0, reason="the runner is closed")
         with self._lock:
-            thread, loop = self._thread, self._loop
+            loop = self._loop
             unfinished = any(not future.done() for future in self._futures.values())
-        if thread is not None and loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(self._cancel_grace_s)
-            if thread.is_alive():
-                _log.warning("runner %s: the event loop thread did not stop", self.name)
+        if loop is not None:
+            loop.stop(self._cancel_grace_s)
         # A finish() stuck on a hung mount must not hang close() (joined at interpreter exit).
         self._executor.shutdown(wait=not unfinished)
 
@@ -242,24 +227,14 @@ class Runner(Generic[K, R, F]):
         loop = self._loop
         if loop is None or self._closed:
             raise RuntimeError(f"runner {self.name} is not running")
-        if self._on_loop_thread():
-            raise RuntimeError("call() from the runner's own loop would wait on itself")
-        future = asyncio.run_coroutine_threadsafe(_awaited(factory), loop)
-        self._calls.add(future)
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise
-        finally:
-            self._calls.discard(future)
+        return loop.call(factory, timeout)
 
     def cancel_calls(self) -> None:
         """Cancel every `call` under way: each raises `concurrent.futures.CancelledError` in
-        its caller. Safe from a signal handler (a future's cancel takes only its own
-        reentrant lock, and hands the task's cancellation to the loop)."""
-        for future in list(self._calls):
-            future.cancel()
+        its caller. Safe from a signal handler."""
+        loop = self._loop
+        if loop is not None:
+            loop.cancel_calls()
 
     def __enter__(self) -> Runner[K, R, F]:
         self.start()
@@ -274,8 +249,8 @@ class Runner(Generic[K, R, F]):
         self.close()
 
     def _on_loop_thread(self) -> bool:
-        thread = self._thread
-        return thread is not None and thread.ident == threading.get_ident()
+        loop = self._loop
+        return loop is not None and loop.is_current()
 
     def _refuse_blocking_call(self, what: str) -> None:
         if getattr(self._in_finish, "active", False) or self._on_loop_thread():
@@ -295,17 +270,6 @@ class Runner(Generic[K, R, F]):
             future.set_exception(NotAdmittedError(reason))
 
     # -- the loop thread ----------------------------------------------------------------
-
-    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                loop.close()
 
     def _pump(self) -> None:
         """Start queued keys while there is room and admission is open."""
@@ -394,7 +358,3 @@ async def _converse(factory: Callable[[], Awaitable[R]]) -> R:
     except (KeyboardInterrupt, SystemExit) as exc:
         # A task re-raises these out of run_forever, which would end the loop thread.
         raise _Escaped(repr(exc)) from exc
-
-
-async def _awaited(factory: Callable[[], Awaitable[T]]) -> T:
-    return await factory()

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.settings import Profile, Settings
-from pytest_haico.errors import ConfigError, GateFailedError
+from pytest_haico.errors import ConfigError
 from pytest_haico.files import start_write_error
 from pytest_haico.gates import filesystem, gpu, static
 from pytest_haico.gates.dynamic import JUDGE, SERVED_MODEL
 from pytest_haico.gates.result import (
     Gate,
+    GateFailedError,
     GateResult,
     failed,
     failure_line,
@@ -40,6 +41,7 @@ from pytest_haico.stack.request import ModelEndpoint
 
 if TYPE_CHECKING:
     from pytest_haico.config.items import ItemSpec
+    from pytest_haico.ledger.claims import Holder
     from pytest_haico.ledger.recorder import Recorder
 
 _log = logging.getLogger(__name__)
@@ -163,6 +165,7 @@ class ArmPreflights:
             run_dir=self.recorder.claim(arm).path,
             served=self.served.get(arm),
             judge=self.judge_gates.get(arm),
+            share_taken=partial(self.recorder.share_taken, arm),
         )
 
 
@@ -178,11 +181,13 @@ def static_gates(
     run_dir: Path | None = None,
     served: ServedCheck | None = None,
     judge: Callable[[], GateResult] | None = None,
+    share_taken: Callable[[], tuple[Holder, Path] | None] = lambda: None,
     environ: Mapping[str, str] = os.environ,
 ) -> list[Gate]:
     """The static gates of `arm`, in DESIGN's order (gate 1, the configuration, ran at
     configure time), each with every input bound. `scripts` and `strata` are those of the
-    arm's items in this run; `share` names what this run claimed (for output_collision);
+    arm's items in this run; `share` names what this run claimed, and `share_taken()` the
+    run that holds one of those shares now, if another does (gate output_collision);
     `run_dir` its directory, where the GPU check an arm asks for logs; `served`, the arm's
     served model, adds gate served_model; `judge`, the gate of the judge its scripts ask."""
     site = settings.site
@@ -202,6 +207,15 @@ def static_gates(
             slowest,
             drain_margin_s=admission.drain_margin_s,
             stratum=stratum,
+        )
+
+    def output_collision() -> GateResult:
+        taken = share_taken()
+        if taken is None:
+            return static.check_output_collision(claimed=True, share=share)
+        holder, claim = taken
+        return static.check_output_collision(
+            claimed=False, share=share, holder=holder.describe(), claim_path=claim
         )
 
     def results_writable() -> GateResult:
@@ -264,12 +278,9 @@ def static_gates(
         Gate(filesystem.RESULTS_WRITABLE, results_writable),
         Gate(filesystem.NODE_TMPDIR, partial(filesystem.check_node_tmpdir, environ)),
         Gate(static.WALLTIME, walltime),
-        # A claim another live run holds was refused before the session ran anything (a
-        # usage error): a run that got here holds its run directory and shares.
-        Gate(
-            static.OUTPUT_COLLISION,
-            partial(static.check_output_collision, claimed=True, share=share),
-        ),
+        # A share another live run held at collection was refused then (a usage error);
+        # this one may have been taken since, by a requeue of this run's own job elsewhere.
+        Gate(static.OUTPUT_COLLISION, output_collision),
     ]
     if served is not None:
         gates.insert(1, Gate(SERVED_MODEL, served.gate))

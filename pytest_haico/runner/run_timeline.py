@@ -1,51 +1,37 @@
-"""An arm run's timeline and its model-metrics sampler, fed by the run's phases (`ArmRun`)."""
+"""An arm run's timeline, fed by the run's phases (`ArmRun`) and its conversations
+(`ArmConversations`), and the summary's lines on it."""
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_haico.files import start_write_error
-from pytest_haico.ledger.model_metrics import FILE_NAME, Sample
 from pytest_haico.ledger.rundir import RunClaim
 from pytest_haico.ledger.timeline import Timeline, job_section, shares_line
-from pytest_haico.runner.adaptive import AdaptiveConcurrency
 from pytest_haico.runner.adaptive import summary_line as adaptive_line
-from pytest_haico.runner.model_metrics import Sampler, summarise, summary_line
+from pytest_haico.runner.model_metrics import summary_line
 from pytest_haico.slurm.jobs import job_queue_times
 
 if TYPE_CHECKING:
     from pytest_haico.ledger.records import LedgerRecord
-    from pytest_haico.runner.arm_conversations import ArmConversations
     from pytest_haico.runner.arm_request import ArmRunRequest
     from pytest_haico.runner.stack_life import RunStack
 
-_log = logging.getLogger(__name__)
-
 
 class RunTimeline:
-    """`runs/<run_id>/timeline.json` and `model-metrics.csv` of one arm run."""
+    """`runs/<run_id>/timeline.json` of one arm run. `concurrency` is what the run keeps in
+    flight (`ConcurrencyController.record`), noted again at each conversation's end."""
 
     def __init__(
-        self, request: ArmRunRequest, claim: RunClaim, conversations: ArmConversations
+        self, request: ArmRunRequest, claim: RunClaim, *, concurrency: dict[str, Any]
     ) -> None:
-        plan = request.in_flight
-        self._cap = plan.maximum
-        self._conversations = conversations
-        # Concurrency auto: the target the samples adapt (None: a fixed number in flight).
-        self.adaptive: AdaptiveConcurrency | None = None
-        if plan.adaptive:
-            self.adaptive = AdaptiveConcurrency(initial=plan.initial, maximum=plan.maximum)
-        self._run_dir: Path = claim.path
-        self._mode = request.recorder.file_mode
-        self._sampler: Sampler | None = None
+        self._concurrency = concurrency
         self.summary: dict[str, Any] | None = None
         self.timeline = Timeline(
             claim.path,
@@ -54,9 +40,9 @@ class RunTimeline:
             arm=request.arm.name,
             session=f"{socket.gethostname()}:{os.getpid()}",
             job=job_section(os.environ),
-            file_mode=self._mode,
+            file_mode=request.recorder.file_mode,
         )
-        self.timeline.note("concurrency", self.concurrency)
+        self.timeline.note("concurrency", concurrency)
         static = request.gate_log.static_span  # they ran before the timeline existed
         if static is not None:
             self.timeline.span("static_gates", start=static[0], end=static[1])
@@ -103,51 +89,13 @@ class RunTimeline:
             )
         self.timeline.end("stack")
 
-    def sample(self, stack: RunStack) -> None:
-        """Start sampling the model server's /metrics (the conversations are about to run)."""
-        conversations = self._conversations
-
-        def backend_pid() -> int | None:
-            process = stack.processes.get("backend")
-            return process.pid if process is not None else None
-
-        self._sampler = Sampler(
-            f"{stack.llm_url}/metrics",
-            self._run_dir / FILE_NAME,
-            state=lambda: (conversations.in_flight, conversations.queued),
-            backend_pid=backend_pid,
-            on_sample=self._adapt,
-            file_mode=self._mode,
-        )
-        try:
-            self._sampler.start()
-        except OSError as exc:
-            _log.warning("haico: the model-metrics sampler did not start: %s", exc)
-            self._sampler = None
-
-    def _adapt(self, sample: Sample) -> None:
-        """Concurrency auto, on the sampler's thread: a new target applies at once; the
-        timeline gets it at its next write (on the main thread, which owns the file)."""
-        if self.adaptive is None:
-            return
-        adaptation = self.adaptive.observe(sample)
-        if adaptation is not None:
-            self._conversations.resize(adaptation.new)
-            _log.info("haico: concurrency %d → %d: %s", *astuple(adaptation)[1:])
-
-    @property
-    def concurrency(self) -> dict[str, Any]:
-        """What the run kept in flight: fixed, or auto with its adaptations."""
-        if self.adaptive is None:
-            return {"mode": "fixed", "limit": self._cap}
-        return self.adaptive.record()
-
-    def conversation(self, record: LedgerRecord | None) -> None:
+    def conversation(self, record: LedgerRecord | None, *, concurrency: dict[str, Any]) -> None:
+        """A conversation ended with `record` (None: it was never recorded)."""
         if record is None:
             return
         start = datetime.fromisoformat(record.started_at).timestamp()
         end = datetime.fromisoformat(record.finished_at).timestamp()
-        self.timeline.note("concurrency", self.concurrency)
+        self._note_concurrency(concurrency)
         self.timeline.conversation(start=start, end=end)
 
     def drain(self, cause: str, *, signal: str | None = None) -> None:
@@ -159,27 +107,26 @@ class RunTimeline:
         """The run is stopping: a drain not caused yet is the breaker's or the stop's."""
         self.timeline.drain("breaker" if breaker_tripped else "stopped")
 
-    def stop_sampling(self) -> None:
-        sampler, self._sampler = self._sampler, None
-        if sampler is None:
+    @property
+    def conversing(self) -> dict[str, Any]:
+        """The conversing phase: the first conversation's start, the last one's end."""
+        conversing: dict[str, Any] = self.timeline.doc["phases"].get("conversing", {})
+        return conversing
+
+    def conversations_ended(
+        self, summary: dict[str, Any] | None, *, concurrency: dict[str, Any]
+    ) -> None:
+        """No conversation runs any more: what the run kept in flight in the end, and the
+        sampler's summary of the model's utilisation (None: no sampler ran)."""
+        self._note_concurrency(concurrency)
+        if summary is None:
             return
-        sampler.stop()
-        self.timeline.note("concurrency", self.concurrency)
-        # The samples' clock (seconds from the sampler's start) for the conversing window
-        # and the end of auto's ramp, both wall clock.
-        conversing = self.timeline.doc["phases"].get("conversing", {})
-        first, last = conversing.get("first_start"), conversing.get("last_end")
-        window = None
-        if first is not None and last is not None:
-            window = (first - sampler.started_at, last - sampler.started_at)
-        ramp_end = self.adaptive.ramp_end() if self.adaptive is not None else None
-        self.summary = summarise(
-            sampler.samples,
-            cap=self._cap,
-            window=window,
-            ramp_end=None if ramp_end is None else ramp_end - sampler.started_at,
-        )
-        self.timeline.model(self.summary)
+        self.summary = summary
+        self.timeline.model(summary)
+
+    def _note_concurrency(self, concurrency: dict[str, Any]) -> None:
+        self._concurrency = concurrency
+        self.timeline.note("concurrency", concurrency)
 
     @property
     def model_line(self) -> str | None:
@@ -195,7 +142,7 @@ class RunTimeline:
         lines = [shares_line(self.timeline.doc)]
         if self.model_line is not None:
             lines.append(self.model_line)
-        if self.adaptive is not None:
-            lines.append(adaptive_line(self.adaptive.record()))
+        if self._concurrency["mode"] == "auto":
+            lines.append(adaptive_line(self._concurrency))
         lines.append(f"timeline:    {shown(self.timeline.path)}")
         return lines

@@ -6,21 +6,20 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import httpx
 
 from pytest_haico.config.experiment import Arm, Script
-from pytest_haico.driver.conversation import run_conversation
-from pytest_haico.driver.snapshots import PostgresSnapshotReader
+from pytest_haico.driver.conversation import ConversationSetup, run_conversation
 from pytest_haico.driver.transcripts import transcript_header
 from pytest_haico.errors import InfraError
 from pytest_haico.gates import backend as backend_gates
 from pytest_haico.gates import dynamic
 from pytest_haico.gates.result import AsyncGate, GateResult
 from pytest_haico.ledger.verdicts import Verdict
-from pytest_haico.redact import Redactor
 from pytest_haico.runner.stack_life import RunStack
 
 # The canary turn: enough steps for a tool call and an answer (a looping model ends at the
@@ -61,24 +60,23 @@ def dynamic_gates(
 
 
 def make_canary(
-    client: httpx.AsyncClient,
-    *,
-    backend_url: str,
-    token: str,
-    endpoint_url: str,
-    arm: Arm,
-    snapshots: PostgresSnapshotReader,
-    transcripts: Path,
-    redactor: Redactor | None = None,
+    client: httpx.AsyncClient, setup: ConversationSetup, *, transcripts: Path
 ) -> backend_gates.Canary:
-    """One scripted turn through the backend, a new query and thread each call; its
-    transcript is `<transcripts>/canary.<n>.jsonl`. Returns (provider, model_id) of the
-    turn's snapshot row; raises when the turn failed on infrastructure."""
+    """One scripted turn through the backend of `setup`, a new query and thread each call,
+    with the canary's own bounds and no judge; its transcript is
+    `<transcripts>/canary.<n>.jsonl`. Returns (provider, model_id) of the turn's snapshot
+    row; raises when the turn failed on infrastructure."""
     calls = itertools.count(1)
+    arm = setup.arm
     agent = arm.agent.model_copy(
         update={"recursion_limit": min(arm.agent.recursion_limit, CANARY_RECURSION_LIMIT)}
     )
-    canary_arm = arm.model_copy(update={"agent": agent})
+    canary_setup = replace(
+        setup,
+        arm=arm.model_copy(update={"agent": agent}),
+        turn_timeout_s=CANARY_TURN_TIMEOUT_S,
+        judge=None,
+    )
 
     async def canary() -> tuple[str | None, str | None]:
         call = next(calls)
@@ -88,16 +86,10 @@ def make_canary(
         thread_id = str(uuid.uuid4())
         result = await run_conversation(
             client,
-            backend_url=backend_url,
-            token=token,
-            endpoint_url=endpoint_url,
-            arm=canary_arm,
+            canary_setup,
             script=script,
             thread_id=thread_id,
             transcript_path=transcripts / f"canary.{call}.jsonl",
-            snapshots=snapshots,
-            turn_timeout_s=CANARY_TURN_TIMEOUT_S,
-            redactor=redactor,
             transcript_header=transcript_header(canary=call, arm=arm.name, thread_id=thread_id),
         )
         if result.verdict in (Verdict.INFRA_ERROR, Verdict.RATE_LIMITED):

@@ -18,7 +18,13 @@ from pytest_haico.locks import holding
 from pytest_haico.serve.catalogue import entry_path, make_catalogue_dir
 from pytest_haico.serve.renewal import Renewal, minutes, plan_successor, resolve_renewal
 from pytest_haico.serve.resolver import resolve_served
-from pytest_haico.slurm.jobs import jobs_named, live_jobs_named, sbatch
+from pytest_haico.slurm.jobs import (
+    export_option,
+    jobs_named,
+    live_jobs_named,
+    sbatch,
+    sbatch_command,
+)
 from pytest_haico.slurm.timelimits import parse_time_limit
 from pytest_haico.stamps import utc_iso
 
@@ -154,11 +160,7 @@ def sbatch_argv(job: ModelJob, *, after: str | None = None) -> list[str]:
     interpreter; no secret: the job makes its own key); `after` (a `--dependency=...`) for a
     successor."""
     logs = logs_dir(job.catalogue)
-    if "," in job.python:
-        raise ConfigError("HAICO_PYTHON", "", f"{job.python} has a comma, which sbatch cannot pass")
-    argv = [
-        "sbatch",
-        "--parsable",
+    options = [
         "--nodes=1",  # a model's GPUs on one node: whatever the batch script says
         *job.resources,
         f"--job-name={job_name(job.name)}",
@@ -166,13 +168,13 @@ def sbatch_argv(job: ModelJob, *, after: str | None = None) -> list[str]:
         f"--chdir={logs}",
         f"--signal=B:USR1@{SIGNAL_LEAD_S}",
         "--requeue",
-        f"--export=ALL,HAICO_PYTHON={job.python}",
+        export_option({"HAICO_PYTHON": job.python}),
     ]
     if job.time is not None:
-        argv.append(f"--time={job.time}")
+        options.append(f"--time={job.time}")
     if after is not None:
-        argv.append(after)
-    return [*argv, str(SCRIPT), *job.job_arguments()]
+        options.append(after)
+    return sbatch_command(options, script=SCRIPT, args=job.job_arguments())
 
 
 def _refuse_if_queued(name: str) -> None:

@@ -19,7 +19,7 @@ from pytest_haico.locks import holding
 from pytest_haico.site.images import images_to_pull, is_pulled, read_token
 from pytest_haico.site.plan import EnvPlan, VenvBuild, write_plan
 from pytest_haico.site.venv import check_replaceable, is_built, lock_digest
-from pytest_haico.slurm.jobs import live_jobs_named, sbatch
+from pytest_haico.slurm.jobs import export_option, live_jobs_named, sbatch, sbatch_command
 from pytest_haico.stamps import utc_name
 
 JOB_NAME = "haico-env"
@@ -163,17 +163,13 @@ def env_sbatch_argv(
 ) -> list[str]:
     """The job's sbatch line: the CPU partition, the account and QOS of cluster.env, the
     allow-listed environment plus the interpreter (never a credential), the plan's path."""
-    if "," in sys.executable:
-        raise EnvError(f"{sys.executable} has a comma, which sbatch --export cannot pass")
-    argv = [
-        "sbatch",
-        "--parsable",
+    options = [
         f"--job-name={JOB_NAME}",
         "--nodes=1",
         f"--time={time_limit}",
         f"--chdir={logs}",
         f"--output={logs}/env-%j.out",
-        f"--export=ALL,HAICO_PYTHON={sys.executable}",
+        export_option({"HAICO_PYTHON": sys.executable}),
     ]
     for flag, value in (
         ("--partition", site.cpu_partition),
@@ -181,5 +177,5 @@ def env_sbatch_argv(
         ("--qos", site.qos),
     ):
         if value:
-            argv.append(f"{flag}={value}")
-    return [*argv, str(SCRIPT), str(plan_file)]
+            options.append(f"{flag}={value}")
+    return sbatch_command(options, script=SCRIPT, args=[str(plan_file)])

@@ -16,7 +16,7 @@ from pytest_haico.config.experiment import Arm, load_arm
 from pytest_haico.errors import HaicoError
 from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs
 from pytest_haico.site.gpu_check import FULL, BurnSettings, run_gpu_check
-from pytest_haico.slurm.jobs import sbatch
+from pytest_haico.slurm.jobs import export_option, sbatch, sbatch_command
 
 JOB_NAME = "haico-gpu-check"
 SCRIPT = Path(__file__).parents[1] / "templates" / "gpu-check.sbatch"
@@ -139,21 +139,17 @@ def gpu_check_argv(
 ) -> list[str]:
     """The job's sbatch line: one node with `gpus` GPUs, the allow-listed environment plus
     the interpreter, and the check's own arguments."""
-    if "," in sys.executable:
-        raise HaicoError(f"{sys.executable} has a comma, which sbatch --export cannot pass")
-    argv = [
-        "sbatch",
-        "--parsable",
+    options = [
         f"--job-name={JOB_NAME}",
         "--nodes=1",
         f"--gres=gpu:{gpus}",
         f"--time={time_limit}",
         f"--output={log_dir}/gpu-check-%j.out",
-        f"--export=ALL,HAICO_PYTHON={sys.executable}",
+        export_option({"HAICO_PYTHON": sys.executable}),
     ]
     if partition:
-        argv.append(f"--partition={partition}")
-    return [*argv, str(SCRIPT), "--gpus", str(gpus), *check_args]
+        options.append(f"--partition={partition}")
+    return sbatch_command(options, script=SCRIPT, args=["--gpus", str(gpus), *check_args])
 
 
 def check_args(settings: BurnSettings, *, log_dir: Path, cluster_env: Path | None) -> list[str]:

@@ -1,15 +1,17 @@
-"""Slurm's jobs: submitting one, finding one by its name (or this user's queued ones), how
-its array tasks stand, when it ends and whether it has ended, how it stands now, and
-cancelling it."""
+"""Slurm's jobs: the command line that submits one, and submitting it; finding one by its
+name (or this user's queued ones), how its array tasks stand, when it ends and whether it
+has ended, how it stands now, and cancelling it."""
 
 from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
+from pytest_haico.errors import HaicoError
 from pytest_haico.slurm import client
 from pytest_haico.slurm.client import IN_JOB_TIMEOUT_S, NoAnswer, NotRun, Run, SlurmError
 from pytest_haico.slurm.records import (
@@ -30,6 +32,27 @@ from pytest_haico.slurm.records import (
 
 class SubmissionRefused(SlurmError):
     """sbatch said the job was not submitted ("Batch job submission failed: ...")."""
+
+
+class ExportError(HaicoError):
+    """A value a job cannot be given: sbatch's --export splits its list at every comma."""
+
+
+def sbatch_command(
+    options: Iterable[str], *, script: Path | str, args: Iterable[str] = ()
+) -> list[str]:
+    """The command line of every job haico submits: `sbatch --parsable OPTIONS SCRIPT
+    ARGS`, for `sbatch`; `export_option` makes the job's environment among `options`."""
+    return ["sbatch", "--parsable", *options, str(script), *args]
+
+
+def export_option(exports: Mapping[str, str]) -> str:
+    """``--export=ALL,KEY=VALUE,...``: the environment sbatch runs with (`client`'s
+    allow-list), plus `exports`; a value holding a comma is refused (`ExportError`)."""
+    for key, value in exports.items():
+        if "," in value:
+            raise ExportError(f"{key}={value} has a comma, which sbatch --export cannot pass")
+    return ",".join(["--export=ALL", *(f"{key}={value}" for key, value in exports.items())])
 
 
 def sbatch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None) -> str:

@@ -12,14 +12,22 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pytest_haico.stack.service_log import read_last_log_line
 
-if TYPE_CHECKING:
-    from pytest_haico.stack.service import Service
-
 logger = logging.getLogger(__name__)
+
+
+class WatchedService(Protocol):
+    """What the watch reads of a service (`service.Service` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def start_timeout(self) -> float | None: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
 
 
 class StartWatch:
@@ -30,7 +38,9 @@ class StartWatch:
     message), `progress_every_s` (how often the wait logs the log's last line; None: never).
     """
 
-    def __init__(self, service: Service, log_path: Path, *, offset: int, spawned_at: float) -> None:
+    def __init__(
+        self, service: WatchedService, log_path: Path, *, offset: int, spawned_at: float
+    ) -> None:
         self.service = service
         self.log_path = log_path
         self._offset = offset

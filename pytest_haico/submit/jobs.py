@@ -13,6 +13,7 @@ from pytest_haico.config.sections import SlurmSection
 from pytest_haico.errors import HaicoError
 from pytest_haico.report.item_costs import StratumCost, load_costs
 from pytest_haico.slurm.client import SlurmError
+from pytest_haico.slurm.jobs import export_option, sbatch_command
 from pytest_haico.slurm.timelimits import (
     Partition,
     format_time_limit,
@@ -61,12 +62,7 @@ def sbatch_argv(
         INPUTS_DIGEST_ENV: submission.digest,
         "HAICO_SHARD_COUNT": str(plan.shard_count),
     }
-    for key, value in exports.items():
-        if "," in value:
-            raise SubmitError(f"{key}={value} has a comma, which sbatch --export cannot pass")
-    argv = [
-        "sbatch",
-        "--parsable",
+    options = [
         # Everything of a run lives on one node's loopback: whatever the batch script says.
         "--nodes=1",
         f"--job-name={plan.name}",
@@ -74,15 +70,15 @@ def sbatch_argv(
         f"--time={plan.time_limit}",
         f"--chdir={submission.dir}",
         f"--output={submission.logs / _log_name(plan, '%A', '%a')}",
-        "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
+        export_option(exports),
     ]
     if arm_slurm is not None:
-        argv += arm_slurm.resource_options()
+        options += arm_slurm.resource_options()
     if dependency is not None:
-        argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
+        options += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
     if plan.exclude:
-        argv.append(f"--exclude={','.join(plan.exclude)}")
-    return [*argv, str(submission.script), *plan.pytest_args]
+        options.append(f"--exclude={','.join(plan.exclude)}")
+    return sbatch_command(options, script=submission.script, args=plan.pytest_args)
 
 
 def pytest_args(

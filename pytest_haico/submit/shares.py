@@ -19,7 +19,8 @@ from pytest_haico.config.items import (
     limited_shard,
     submitted_item_specs,
 )
-from pytest_haico.config.settings import Profile, Shard
+from pytest_haico.config.settings import Profile
+from pytest_haico.config.shard import Shard
 from pytest_haico.ledger.layout import ArmPaths
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.config.item_list import ItemList, parse_item_list
-from pytest_haico.config.settings import Shard
+from pytest_haico.config.shard import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.ledger.claims import Holder
 from pytest_haico.ledger.layout import ArmPaths

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.ledger.format import SCHEMA_VERSION, iter_ledger, iter_ledger_dir, record_line
+from pytest_haico.ledger.format import SCHEMA_VERSION, iter_ledger, iter_ledger_dir
 from pytest_haico.ledger.jsonl import LedgerWriter
-from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.records import LedgerRecord, record_line
 from pytest_haico.ledger.resume import ResumeIndex
 from pytest_haico.ledger.verdicts import Verdict
 

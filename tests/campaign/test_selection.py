@@ -9,7 +9,8 @@ from typing import cast
 import pytest
 
 from pytest_haico.campaign.selection import Selection
-from pytest_haico.config.settings import Settings, Shard
+from pytest_haico.config.settings import Settings
+from pytest_haico.config.shard import Shard
 from tests.harness import CampaignProject
 
 NODE = "experiments/test_conversations.py::test_conversation"

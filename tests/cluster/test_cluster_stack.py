@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from pytest_haico.config.experiment import Script
-from pytest_haico.driver.conversation import ConversationResult, make_thread_id, run_conversation
+from pytest_haico.driver.conversation import ConversationSetup, make_thread_id, run_conversation
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import StackError
 from pytest_haico.ledger.verdicts import Verdict
@@ -62,17 +63,20 @@ def _converse(stack: Stack, transcript: Path) -> ConversationResult:
         reader = await PostgresSnapshotReader.connect(stack.readonly_dsn)
         try:
             async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
-                return await run_conversation(
-                    client,
+                setup = ConversationSetup(
                     backend_url=stack.backend_url,
                     token=stack.admin_token,
                     endpoint_url=stack.model_endpoint,
                     arm=ARM,
+                    snapshots=reader,
+                    redactor=Redactor(stack.secrets),
+                )
+                return await run_conversation(
+                    client,
+                    setup,
                     script=SCRIPT,
                     thread_id=make_thread_id(transcript.stem, "cluster", 1),
                     transcript_path=transcript,
-                    snapshots=reader,
-                    redactor=Redactor(stack.secrets),
                 )
         finally:
             await reader.aclose()

@@ -9,7 +9,11 @@ import httpx
 import pytest
 
 from pytest_haico.config.experiment import Arm, Script
-from pytest_haico.driver.conversation import ConversationProgress, run_conversation
+from pytest_haico.driver.conversation import (
+    ConversationProgress,
+    ConversationSetup,
+    run_conversation,
+)
 from tests.driver.driver_fakes import (
     BACKEND,
     ENDPOINT,
@@ -26,7 +30,7 @@ from tests.driver.driver_fakes import (
 
 @pytest.fixture
 def converse(tmp_path: Path) -> Converse:
-    """Run one conversation against a `FakeBackend`; keyword arguments go to run_conversation."""
+    """Run one conversation against a `FakeBackend`; keyword arguments go to its setup."""
 
     async def run(
         backend: FakeBackend,
@@ -35,24 +39,29 @@ def converse(tmp_path: Path) -> Converse:
         arm: Arm | None = None,
         snapshots: FakeSnapshots | None = None,
         progress: ConversationProgress | None = None,
+        transcript_header: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Conversation:
         snapshots = snapshots or FakeSnapshots()
         transcript = tmp_path / "transcripts" / "item.run.1.jsonl"
         kwargs.setdefault("snapshot_wait_s", 0.0)
+        setup = ConversationSetup(
+            backend_url=BACKEND,
+            token=TOKEN,
+            endpoint_url=ENDPOINT,
+            arm=arm or make_arm(),
+            snapshots=snapshots,
+            **kwargs,
+        )
         async with httpx.AsyncClient(transport=backend.transport()) as client:
             result = await run_conversation(
                 client,
-                backend_url=BACKEND,
-                token=TOKEN,
-                endpoint_url=ENDPOINT,
-                arm=arm or make_arm(),
+                setup,
                 script=script or make_script(),
                 thread_id=THREAD,
                 transcript_path=transcript,
-                snapshots=snapshots,
+                transcript_header=transcript_header,
                 progress=progress,
-                **kwargs,
             )
         return Conversation(result, backend, snapshots, transcript)
 

@@ -13,7 +13,7 @@ from typing import Any, cast
 import httpx
 
 from pytest_haico.config.experiment import Arm, Script
-from pytest_haico.driver.conversation import ConversationResult
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.driver.snapshots import Snapshot
 from pytest_haico.standins.backend_wire import ErrorKind, error_event, sse_data
 

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from pytest_haico.driver import conversation as driver
-from pytest_haico.driver.conversation import run_conversation
+from pytest_haico.driver.conversation import ConversationSetup, run_conversation
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.ledger.verdicts import Verdict
 from tests.driver.driver_fakes import (
     ENDPOINT,
@@ -59,22 +60,25 @@ class _Backend:
         return head + b"transfer-encoding: chunked\r\n\r\n" + chunk + end
 
 
-async def _converse(backend: _Backend, tmp_path: Path, turns: int) -> driver.ConversationResult:
+async def _converse(backend: _Backend, tmp_path: Path, turns: int) -> ConversationResult:
     server = await asyncio.start_server(backend.serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         async with server, httpx.AsyncClient(trust_env=False) as client:
-            return await run_conversation(
-                client,
+            setup = ConversationSetup(
                 backend_url=f"http://127.0.0.1:{port}",
                 token=TOKEN,
                 endpoint_url=ENDPOINT,
                 arm=make_arm(),
+                snapshots=FakeSnapshots(),
+                snapshot_wait_s=0.0,
+            )
+            return await run_conversation(
+                client,
+                setup,
                 script=make_script(*(f"turn {i}" for i in range(turns))),
                 thread_id=THREAD,
                 transcript_path=tmp_path / "t.jsonl",
-                snapshots=FakeSnapshots(),
-                snapshot_wait_s=0.0,
             )
     finally:
         server.close()

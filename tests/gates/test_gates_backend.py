@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 
 from pytest_haico.config.experiment import Arm
+from pytest_haico.driver.conversation import ConversationSetup
 from pytest_haico.driver.snapshots import PostgresSnapshotReader
 from pytest_haico.errors import InfraError
 from pytest_haico.gates.backend import check_backend_health, check_canary_turn
@@ -81,15 +82,14 @@ async def test_the_canary_turn_passes_for_every_answering_persona(
     tmp_path: Path,
     persona: str,
 ) -> None:
-    canary = make_canary(
-        client,
+    setup = ConversationSetup(
         backend_url=backend.base_url,
         token=ADMIN_TOKEN,
         endpoint_url=models[persona].endpoint_url,
         arm=ARM,
         snapshots=snapshots,
-        transcripts=tmp_path,
     )
+    canary = make_canary(client, setup, transcripts=tmp_path)
     result = await check_canary_turn(canary, arm=ARM)
     assert result.passed, result
     assert result.detail.startswith(f"served by 'vllm', '{MODEL}'")
@@ -105,15 +105,14 @@ async def test_a_backend_that_records_another_model_fails_the_canary(
     substituting = backend_server(substitute_model="gpt-4o")
     reader = await PostgresSnapshotReader.connect(substituting.database_dsn)
     try:
-        canary = make_canary(
-            client,
+        setup = ConversationSetup(
             backend_url=substituting.base_url,
             token=ADMIN_TOKEN,
             endpoint_url=models["helpful"].endpoint_url,
             arm=ARM,
             snapshots=reader,
-            transcripts=tmp_path,
         )
+        canary = make_canary(client, setup, transcripts=tmp_path)
         result = await check_canary_turn(canary, arm=ARM)
     finally:
         await reader.aclose()

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from pytest_haico.config.experiment import Arm, Script
-from pytest_haico.driver.conversation import ConversationResult, make_thread_id, run_conversation
+from pytest_haico.driver.conversation import ConversationSetup, make_thread_id, run_conversation
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.driver.snapshots import VLLM_PROVIDER, PostgresSnapshotReader
 from pytest_haico.ledger.verdicts import Outcome, Verdict
 from pytest_haico.redact import Redactor
@@ -90,17 +91,20 @@ async def _converse(
     reader = await PostgresSnapshotReader.connect(stack.readonly_dsn)
     try:
         async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
-            return await run_conversation(
-                client,
+            setup = ConversationSetup(
                 backend_url=stack.backend_url,
                 token=stack.admin_token if token is None else token,
                 endpoint_url=stack.model_endpoint,
                 arm=ARM,
+                snapshots=reader,
+                redactor=Redactor(stack.secrets),
+            )
+            return await run_conversation(
+                client,
+                setup,
                 script=script,
                 thread_id=make_thread_id(transcript.stem, "live", attempt),
                 transcript_path=transcript,
-                snapshots=reader,
-                redactor=Redactor(stack.secrets),
             )
     finally:
         await reader.aclose()

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_haico.ledger.damage import _first_damage, damaged_field
-from pytest_haico.ledger.format import record_line
-from pytest_haico.ledger.records import TurnRecord
+from pytest_haico.ledger.records import TurnRecord, record_line
 from tests.campaign.test_ledger import make_record
 
 _TURN = TurnRecord(

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from pytest_haico.ledger import damage
 from pytest_haico.ledger.format import (
     LEADING_FIELDS,
     iter_ledger,
     iter_ledger_dir,
     leading_fields_pattern,
-    record_line,
 )
-from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.records import LedgerRecord, TurnRecord, record_line
 from pytest_haico.ledger.resume import ResumeIndex
+from pytest_haico.ledger.verdicts import Outcome, Verdict
 from pytest_haico.report.item_costs import load_costs
 from pytest_haico.results import load_results
 from tests.campaign.test_ledger import make_record
@@ -166,3 +167,24 @@ def test_the_readers_of_the_results_import_no_pydantic(module: str) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert shown == "[]\n"
+
+
+_KINDS = {int: "int", str: "str", float: "number", Outcome: "str", Verdict: "str"}
+
+
+def test_the_leading_fields_kinds_are_the_record_models_types() -> None:
+    """The readers' model of a line's leading fields (`LEADING_FIELDS`) and the writer's
+    (`LedgerRecord`) name the same fields, in the same order, of the same kinds."""
+    model = [
+        (field.alias or name, _KINDS[field.annotation])  # type: ignore[index]
+        for name, field in list(LedgerRecord.model_fields.items())[: len(LEADING_FIELDS)]
+    ]
+    assert model == list(LEADING_FIELDS)
+
+
+def test_the_turn_fields_the_readers_check_are_the_turn_models_counts_and_seconds() -> None:
+    """What `damaged_field` checks of a turn is what `TurnRecord` declares: counts are
+    integers, seconds floats (optional where a turn may lack them)."""
+    fields = TurnRecord.model_fields
+    assert all(fields[name].annotation in (int, int | None) for name in damage._TURN_COUNTS)
+    assert all(fields[name].annotation == float | None for name in damage._TURN_SECONDS)

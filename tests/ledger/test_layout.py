@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_haico.config.settings import Shard
+from pytest_haico.config.shard import Shard
 from pytest_haico.ledger.layout import (
     ArmPaths,
     TranscriptName,

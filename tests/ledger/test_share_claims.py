@@ -9,13 +9,21 @@ import signal
 import socket
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
+from pytest_haico.config.experiment import Arm
+from pytest_haico.config.settings import Profile, Settings
+from pytest_haico.config.shard import Shard
 from pytest_haico.config.slurm import SlurmJob
 from pytest_haico.errors import ConfigError, ResultsError, ShareClaimedError
+from pytest_haico.gates.result import GateFailedError
 from pytest_haico.ledger import claims
 from pytest_haico.ledger.claims import Holder, claim_share
+from pytest_haico.ledger.recorder import Recorder
+from pytest_haico.runner.preflight import ArmPreflights
 from tests.harness import BackgroundRun, CampaignProject
 
 # Each item waits until the gate file exists, so the first run holds its claim for as
@@ -221,3 +229,32 @@ def test_a_run_whose_share_a_requeue_of_its_job_took_sees_who_took_it(tmp_path: 
     assert again.taken_by() is None
     first.release()  # leaves the requeued run's claim alone
     assert path.read_bytes() == again.content
+
+
+def test_gate_output_collision_fails_once_a_requeue_of_the_job_took_the_share(
+    tmp_path: Path,
+) -> None:
+    """The share was this run's at collection; a requeue elsewhere took it before the arm
+    started: the arm's start fails gate output_collision, naming that run and the claim."""
+    job = SlurmJob(job_id="7", array_job_id=None, array_task_id=None, restart_count=0, node="n1")
+    recorder = Recorder(campaign_dir=tmp_path / "default", campaign="default", job=job,
+                        max_attempts=3)  # fmt: skip
+    recorder.claim("demo", ["default"])
+    assert recorder.share_taken("demo") is None
+    requeued = replace(Holder.current(replace(job, restart_count=1), "7r1.1"), host="n2")
+    path = recorder.paths("demo").share_claim(Shard(0, 1), "default", list_key=None)
+    claim_share(path, requeued, share=SHARE, file_mode=0o640)
+    settings = SimpleNamespace(
+        profile=Profile.LOCAL, site=None, model_endpoint=None, attach=None, backend_image=None,
+        backend_cmd=None, drain_timeout=120.0, results_mode=0o640, experiments=tmp_path,
+        cluster_env=None, model=None,
+    )  # fmt: skip
+    preflights = ArmPreflights(cast(Settings, settings), {"demo": Arm(name="demo")}, recorder)
+    with pytest.raises(GateFailedError) as failed:
+        preflights.run("demo", [])
+    assert str(failed.value) == (
+        f"gate output_collision failed: run {recorder.claim('demo').run_id} of arm demo, shard "
+        f"0/1 is being run by {requeued.describe()}: a second run would run "
+        "its items again; let that run finish or cancel it (scancel); if it is dead (e.g. its "
+        f"node failed), remove {path}, then rerun"
+    )

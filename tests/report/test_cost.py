@@ -19,8 +19,7 @@ from pytest_haico.config.experiment import load_experiments
 from pytest_haico.config.items import submitted_item_specs
 from pytest_haico.config.settings import Profile
 from pytest_haico.errors import ConfigError, ResultsError
-from pytest_haico.ledger.format import record_line
-from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord
+from pytest_haico.ledger.records import ErrorInfo, LedgerRecord, SlurmInfo, TurnRecord, record_line
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.report import item_costs
 from pytest_haico.report.cost import MIN_ITEMS, ItemLongerThanCapError, cost_lines, plan_array

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pytest_haico.config.experiment import Arm, Script, ScriptSource
 from pytest_haico.config.items import ItemSpec
-from pytest_haico.driver.conversation import ConversationProgress, ConversationResult
+from pytest_haico.driver.conversation import ConversationProgress
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.errors import StackError
 from pytest_haico.gates.result import GateResult, passed
 from pytest_haico.ledger.layout import ArmPaths
@@ -23,8 +24,9 @@ from pytest_haico.ledger.times import AttemptTimes
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.redact import Redactor
 from pytest_haico.runner.arm_request import ArmRunRequest
-from pytest_haico.runner.arm_run import ArmRun, Conversation
+from pytest_haico.runner.arm_run import ArmRun
 from pytest_haico.runner.breaker import CircuitBreaker
+from pytest_haico.runner.finished import Conversation
 from pytest_haico.runner.outside import Outside
 from pytest_haico.runner.preflight import GateLog
 from pytest_haico.runner.stack_life import RunStack
@@ -320,9 +322,9 @@ def attempt(n: int) -> ItemAttempt:
 
 
 def wait_for_conversation(run: ArmRun, state: ItemAttempt) -> Conversation:
-    """`run.wait(state)`, bounded: a test that would hang fails instead."""
+    """`run.conversations.wait(state)`, bounded: a test that would hang fails instead."""
     pool = concurrent.futures.ThreadPoolExecutor(1)
     try:
-        return pool.submit(run.wait, state).result(TIMEOUT_S)
+        return pool.submit(run.conversations.wait, state).result(TIMEOUT_S)
     finally:
         pool.shutdown(wait=False)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.errors import DumpError, GateFailedError, NotAdmittedError, StackError
-from pytest_haico.gates.result import failed
+from pytest_haico.errors import DumpError, NotAdmittedError, StackError
+from pytest_haico.gates.result import GateFailedError, failed
 from pytest_haico.ledger.records import ErrorInfo
 from pytest_haico.ledger.verdicts import Verdict
 from tests.polling import wait_for
@@ -199,7 +199,7 @@ def test_conversations_are_recorded_as_they_end(harness: ArmHarness) -> None:
     harness.run.start()
     states = [attempt(n) for n in range(3)]
     for state in states:
-        harness.run.submit(state)
+        harness.run.conversations.submit(state)
     done = [wait_for_conversation(harness.run, state) for state in states]
     assert [c.verdict for c in done] == [Verdict.COMPLETED] * 3
     assert {r.state for r in harness.recorder.records} == set(states)
@@ -216,7 +216,7 @@ def test_a_service_death_ends_what_is_in_flight_as_infra_error_naming_it(
     harness.run.start()
     states = [attempt(0), attempt(1)]
     for state in states:
-        harness.run.submit(state)
+        harness.run.conversations.submit(state)
     wait_for(lambda: harness.channel.conversing == 2, timeout=TIMEOUT_S, what="2 in flight")
     harness.stack.processes[service].status = 1
     done = [wait_for_conversation(harness.run, state) for state in states]
@@ -233,7 +233,7 @@ def test_a_service_death_ends_what_is_in_flight_as_infra_error_naming_it(
     wait_for(lambda: bool(harness.stops), timeout=TIMEOUT_S, what="the stop")
     assert len(harness.stops) == 1 and harness.stops[0].startswith(named)
     with pytest.raises(NotAdmittedError):  # nothing more is admitted
-        harness.run.wait(attempt(2))
+        harness.run.conversations.wait(attempt(2))
 
 
 def test_a_tripped_breaker_records_what_is_in_flight_at_once(tmp_path: Path) -> None:
@@ -245,22 +245,24 @@ def test_a_tripped_breaker_records_what_is_in_flight_at_once(tmp_path: Path) -> 
     harness.run.start()
     try:
         held = attempt(0)
-        harness.run.submit(held)
+        harness.run.conversations.submit(held)
         wait_for(lambda: harness.channel.conversing == 1, timeout=TIMEOUT_S, what="1 held")
         harness.channel.hold = False
         harness.channel.verdict = Verdict.INFRA_ERROR
         harness.channel.error = ErrorInfo(kind="backend", message="502 from the backend")
         states = [attempt(n) for n in range(1, 8)]
         for state in states:
-            harness.run.submit(state)
+            harness.run.conversations.submit(state)
         for state in states[:5]:  # the breaker trips at 5 of the last 8
             assert wait_for_conversation(harness.run, state).verdict is Verdict.INFRA_ERROR
         assert wait_for_conversation(harness.run, held).verdict is Verdict.INTERRUPTED
-        assert harness.run.ends_at_once(held) and harness.run.ends_at_once(states[0])
+        assert harness.run.conversations.ends_at_once(
+            held
+        ) and harness.run.conversations.ends_at_once(states[0])
         for state in states[5:]:
-            assert not harness.run.ends_at_once(state)
+            assert not harness.run.conversations.ends_at_once(state)
             with pytest.raises(NotAdmittedError, match="circuit breaker"):
-                harness.run.wait(state)
+                harness.run.conversations.wait(state)
     finally:
         harness.run.stop()
 
@@ -269,7 +271,7 @@ def test_a_dead_postgres_leaves_no_final_dump_and_says_so(harness: ArmHarness) -
     harness.channel.hold = True
     harness.run.start()
     state = attempt(0)
-    harness.run.submit(state)
+    harness.run.conversations.submit(state)
     wait_for(lambda: harness.channel.conversing == 1, timeout=TIMEOUT_S, what="1 in flight")
     harness.stack.processes["postgres"].status = -9
     assert wait_for_conversation(harness.run, state).verdict is Verdict.INFRA_ERROR
@@ -309,12 +311,12 @@ def test_a_tripped_breaker_stops_admitting_and_quotes_the_failing_services_log(
     try:
         states = [attempt(n) for n in range(8)]
         for state in states:
-            harness.run.submit(state)
+            harness.run.conversations.submit(state)
         for state in states[:5]:  # the breaker trips at 5 of the last 8
             assert wait_for_conversation(harness.run, state).verdict is Verdict.INFRA_ERROR
         for state in states[5:]:
             with pytest.raises(NotAdmittedError, match="circuit breaker"):
-                harness.run.wait(state)
+                harness.run.conversations.wait(state)
         (reason,) = harness.stops
         assert reason.startswith("circuit breaker: ")
         assert reason.endswith("; the tail of the llm log:\n    llm started\n    llm said goodbye")

@@ -3,7 +3,7 @@ says something the verdict does not."""
 
 from __future__ import annotations
 
-from pytest_haico.driver.conversation import ConversationResult
+from pytest_haico.driver.result import ConversationResult
 from pytest_haico.ledger.records import ErrorInfo
 from pytest_haico.ledger.times import AttemptTimes
 from pytest_haico.ledger.verdicts import Verdict

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_haico.ledger.format import record_line
 from pytest_haico.ledger.item_times import ItemTime, ItemTimes
-from pytest_haico.ledger.records import LedgerRecord
+from pytest_haico.ledger.records import LedgerRecord, record_line
 from pytest_haico.ledger.verdicts import Verdict
 from pytest_haico.runner.walltime import JobEndTime, WalltimeAdmission
 from pytest_haico.slurm.client import Answer, NoAnswer, NotRun

@@ -202,3 +202,24 @@ def test_cancelling_sends_scancel_or_a_signal_to_the_batch_shell(tmp_path: Path)
     assert (tmp_path / "scancel.argv").read_text().split() == ["5"]
     slurm.cancel("5", signal="USR1", environ=env)
     assert (tmp_path / "scancel.argv").read_text().split() == ["--batch", "-s", "USR1", "5"]
+
+
+def test_a_job_command_line_exports_its_values_after_the_allow_listed_environment() -> None:
+    export = slurm.export_option({"HAICO_PYTHON": "/venv/bin/python", "HAICO_SHARD_COUNT": "4"})
+    argv = slurm.sbatch_command(["--nodes=1", export], script="job.sbatch", args=["-x"])
+    assert argv == [
+        "sbatch",
+        "--parsable",
+        "--nodes=1",
+        "--export=ALL,HAICO_PYTHON=/venv/bin/python,HAICO_SHARD_COUNT=4",
+        "job.sbatch",
+        "-x",
+    ]
+
+
+def test_a_value_with_a_comma_is_refused_as_sbatch_would_split_it() -> None:
+    with pytest.raises(slurm.ExportError) as refused:
+        slurm.export_option({"HAICO_PYTHON": "/opt/a,b/python"})
+    assert str(refused.value) == (
+        "HAICO_PYTHON=/opt/a,b/python has a comma, which sbatch --export cannot pass"
+    )
