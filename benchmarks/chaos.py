@@ -196,7 +196,10 @@ def run(options: argparse.Namespace, cluster: SlurmCluster, root: Path) -> Summa
         print(f"the served model {SERVED_ARM!r} registered on {served_on}")
     for stage in ("smoke", "full"):
         extra = ("--tasks", str(options.tasks)) if stage == "full" else ()
-        submitted = haico(cluster, root, env, "submit", CAMPAIGN, "--stage", stage, *extra)
+        # --profile local: the stand-ins, though a cluster.env (--nodes) says cluster.
+        submitted = haico(
+            cluster, root, env, "submit", CAMPAIGN, "--stage", stage, "--profile", "local", *extra
+        )
         print(submitted.stdout, end="")
         if submitted.returncode != 0:
             raise SystemExit(

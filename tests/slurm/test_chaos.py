@@ -67,16 +67,16 @@ def test_a_campaign_over_three_nodes_under_node_faults_finishes_unattended(
     tmp_path: Path,
 ) -> None:
     """Two arms (chaos0 on its model served on a compute node, chaos1 starting its own) of
-    24 items over two tasks each, a fault every 10-20 s: its first four a TERM, a network
+    40 items over two tasks each, a fault every 10-20 s: its first four a TERM, a network
     cut, a killed slurmd and a reboot."""
     reason = missing_requirements() or missing_namespace_requirements()
     if reason is not None:
         pytest.skip(f"no multi-node Slurm here: {reason}")
     summary, out, status = _chaos(
-        tmp_path, "--nodes", "3", "--arms", "2", "--items", "24", "--turns", "2",
+        tmp_path, "--nodes", "3", "--arms", "2", "--items", "40", "--turns", "2",
         "--latency-ms", "1500", "--tasks", "2", "--every", "10-20", "--seed", NODE_SEED,
     )  # fmt: skip
-    _assert_finished(summary, out, items=48)
+    _assert_finished(summary, out, items=80)
     assert summary["nodes"] == 3 and summary["served_on"], out
     # Each node fault was injected and its node healed.
     assert {"net-cut", "slurmd-kill", "reboot"} <= set(summary["faults"]), out
