@@ -1,5 +1,6 @@
 """The chaos benchmark's campaign project: arms of the stand-in model over one stratum of
-scripts, with the shipped batch script (chaos.py)."""
+scripts, with the shipped batch script; one arm may attach to its model served by `haico
+serve` (chaos.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import pytest_haico
 
 CAMPAIGN = "chaos"
 STRATUM = "work"
+SERVED_ARM = "chaos0"  # with `served`: the arm that attaches to its model, by this name
+SERVED_EXPERIMENTS = "served"  # the served arm's own experiments, kept out of the campaign's
 ARM = """\
 description = "chaos arm {n}: the stand-in model, helpful, on the local profile"
 [model]
 served_name = "chaos{n}"
-[run]
+{served}[run]
 concurrency = {concurrency}
 turn_timeout_s = 60
 [standin]
@@ -48,16 +51,33 @@ def write_project(
     latency_ms: int,
     concurrency: int,
     time_limit: str,
+    served: bool = False,
 ) -> None:
     """`arms` arms over `items` scripts of `turns` turns in one stratum, and the shipped
-    batch script: a project as `haico init` would leave it, made small."""
+    batch script: a project as `haico init` would leave it, made small. With `served`, arm
+    chaos0 attaches to the model served under its name, which `<root>/served` holds as an
+    arm of its own, and the experiments' cluster.env makes `root` the shared work
+    directory."""
     experiments = root / "experiments"
     (experiments / "arms").mkdir(parents=True)
     (experiments / "scripts").mkdir()
     for n in range(arms):
+        values = {"n": n, "concurrency": concurrency, "latency_ms": latency_ms}
+        attach = f'served = "{SERVED_ARM}"\n' if served and n == 0 else ""
         (experiments / "arms" / f"chaos{n}.toml").write_text(
-            ARM.format(n=n, concurrency=concurrency, latency_ms=latency_ms, time_limit=time_limit)
+            ARM.format(**values, time_limit=time_limit, served=attach)
         )
+    if served:
+        # The site's shared work directory (results, the catalogue), as a cluster.env says
+        # it: the jobs get no CLUSTER_WORK of the submitting shell's, and without one they
+        # would look for the model in their frozen copy of the inputs.
+        (experiments / "cluster.env").write_text(f"CLUSTER_WORK={root}\n")
+        (root / SERVED_EXPERIMENTS / "arms").mkdir(parents=True)
+        (root / SERVED_EXPERIMENTS / "scripts").mkdir()
+        (root / SERVED_EXPERIMENTS / "arms" / f"{SERVED_ARM}.toml").write_text(
+            ARM.format(n=0, concurrency=concurrency, latency_ms=latency_ms,
+                       time_limit=time_limit, served="")
+        )  # fmt: skip
     (experiments / "scripts" / f"{STRATUM}.yaml").write_text(
         "".join(
             f"- id: item{i:03d}\n  stratum: {STRATUM}\n  turns:\n"

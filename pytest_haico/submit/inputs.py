@@ -142,7 +142,11 @@ class Submission:
         return self.dir / "checklist.md"
 
     def site(self) -> ClusterEnv | None:
+        """The submission's cluster.env: its frozen copy, or before the first submit has
+        frozen one (a plan, a dry run), the source it will copy."""
         path = self.cluster_env
+        if path is not None and not self.dir.is_dir():
+            path = Path(self.manifest["sources"]["cluster_env"])
         return load_cluster_env(path) if path is not None else None
 
 

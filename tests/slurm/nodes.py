@@ -225,6 +225,13 @@ class MultiNodeCluster(SlurmCluster):
         """Every process of the node killed and its TMPDIR wiped; slurmd starts again once the
         controller has found the node gone (DOWN, its jobs NODE_FAIL), as after a real
         reboot, which takes longer than SlurmdTimeout."""
+        self.power_off(name)
+        self.wait_state(name, "down", timeout=SLURMD_TIMEOUT * 4)
+        self.start_slurmd(name)
+
+    def power_off(self, name: str) -> None:
+        """The first half of a reboot: every process of the node killed, its TMPDIR wiped;
+        the node stays off (no slurmd) until `start_slurmd`."""
         node = self.nodes[name]
         self.kill_processes(node)
         for child in node.local_tmp.iterdir():
@@ -232,8 +239,6 @@ class MultiNodeCluster(SlurmCluster):
                 shutil.rmtree(child)
             else:
                 child.unlink()
-        self.wait_state(name, "down", timeout=SLURMD_TIMEOUT * 4)
-        self.start_slurmd(name)
 
     def state(self, name: str) -> str:
         """The node's state as sinfo prints it: ``idle``, ``down*`` (``*``: not responding)."""
@@ -259,6 +264,19 @@ class MultiNodeCluster(SlurmCluster):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
         raise RuntimeError(f"processes on {node.name} survived SIGKILL: {pids}")
+
+    def commands_on(self, name: str) -> list[str]:
+        """The command line of every process on the node but its anchor."""
+        anchor = self.nodes[name].anchor
+        commands = []
+        for pid in self.processes_on(name):
+            if anchor is not None and pid == anchor.pid:
+                continue
+            with contextlib.suppress(OSError):  # ended meanwhile
+                commands.append(
+                    Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                )
+        return commands
 
     def processes_on(self, name: str) -> list[int]:
         """The pids of every process on the node (in its network namespace)."""

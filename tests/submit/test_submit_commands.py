@@ -125,6 +125,22 @@ def test_a_dry_run_prints_each_sbatch_command_line_and_writes_nothing(
     assert list((tmp_path / "calls").iterdir()) == []
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["submit", "dry-run"])
+def test_the_first_submit_of_experiments_with_a_cluster_env_plans_before_it_freezes(
+    project: Path, slurm_bin: Path, tmp_path: Path, dry_run: bool
+) -> None:
+    """The items' ids are planned from the sources' cluster.env: the frozen copy does not
+    exist yet (it once failed, exit 2, reading the copy's cluster.env)."""
+    work = tmp_path / "work"
+    (project / "experiments" / "cluster.env").write_text(f"CLUSTER_WORK={work}\n")
+    args = ("submit", "demo", "--stage", "smoke", *(["--dry-run"] if dry_run else []))
+    done = _haico(project, *args, path=slurm_bin)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    frozen = list((work / "results" / "demo" / "submissions").glob("*/experiments/cluster.env"))
+    assert len(frozen) == (0 if dry_run else 1)
+
+
 def test_a_smoke_stage_queues_no_more_tasks_than_its_limit_has_items(
     project: Path, slurm_bin: Path
 ) -> None:
