@@ -106,9 +106,11 @@ class MultiNodeCluster(SlurmCluster):
 
     def _claim_subnet(self) -> None:
         """A bridge on the first free 10.213.x.0/24: `ip link add` is atomic between clusters."""
-        used = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+        addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         for octet in range(1, 255):
-            if f" {SUBNET}.{octet}." in used:
+            # A veth outlives its cluster while a process still holds its namespace.
+            if f" {SUBNET}.{octet}." in addresses or f" {_veth(octet, '')}" in links:
                 continue
             self.octet = octet
             if subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"]).returncode:
@@ -169,7 +171,7 @@ class MultiNodeCluster(SlurmCluster):
         if self.spool is not None:
             (self.spool / node.name).mkdir(exist_ok=True)
         node.local_tmp.chmod(0o1777)
-        veth = f"hv{self.octet}x{node.address.rsplit('.', 1)[1]}"
+        veth = self._veth(node)
         _ip("netns", "add", node.netns)
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
         _ip("link", "set", veth, "master", self.bridge, "up")
@@ -191,6 +193,11 @@ class MultiNodeCluster(SlurmCluster):
             if node.anchor.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"node {node.name}'s namespaces could not be made")
             time.sleep(0.02)
+
+    def _veth(self, node: Node) -> str:
+        """The bridge end of the node's veth pair."""
+        assert self.octet is not None
+        return _veth(self.octet, node.address.rsplit(".", 1)[1])
 
     def start_slurmd(self, name: str) -> None:
         """Start the node's slurmd (again), inside the node."""
@@ -346,12 +353,18 @@ class MultiNodeCluster(SlurmCluster):
                 node.anchor.wait()
                 node.anchor = None
             subprocess.run(["ip", "netns", "del", node.netns], capture_output=True)
+            # Deleting the veth ends it even while a straggler still holds the namespace.
+            subprocess.run(["ip", "link", "del", self._veth(node)], capture_output=True)
         if self.octet is not None:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         with contextlib.suppress(OSError):
             self.tmpdir.rmdir()
         if self.spool is not None:
             shutil.rmtree(self.spool, ignore_errors=True)
+
+
+def _veth(octet: int, host: str) -> str:
+    return f"hv{octet}x{host}"
 
 
 def _ip(*argv: str) -> None:
