@@ -83,8 +83,9 @@ class LedgerWriteError(HaicoError):
 
 
 class ShareTakenOverError(LedgerWriteError):
-    """Another run took this run's share (its job requeued elsewhere while this run lived
-    on, cut off from Slurm): this run records nothing more, so no item is recorded twice."""
+    """Another run took this run's share (its job requeued, or ended and continued, while
+    this run lived on, cut off from Slurm): this run records nothing more, so no item is
+    recorded twice."""
 
 
 class NotAdmittedError(HaicoError):

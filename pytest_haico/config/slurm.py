@@ -10,6 +10,7 @@ from pytest_haico.errors import ConfigError
 
 # Slurm's job ids, array task ids and restart counts are decimal numbers. They become
 # parts of run ids and file names, so anything else (`a/b`, `../x`) is refused.
+SUPERSEDES_ENV = "HAICO_SUPERSEDES"
 _NUMERIC = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")
 
 
@@ -25,6 +26,9 @@ class SlurmJob:
     # The job this one continues in a chain (`HAICO_CHAIN_PREV`, set by campaign.sbatch):
     # Slurm started this one only after that one ended.
     chain_predecessor: str | None = None
+    # The attempts a continuation runs again (`HAICO_SUPERSEDES`, set by `haico continue`
+    # once Slurm had ended them): their job keys, `<array job>_<task>`.
+    supersedes: tuple[str, ...] = ()
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> SlurmJob:
@@ -38,6 +42,7 @@ class SlurmJob:
             restart_count=int(restarts) if restarts is not None else 0,
             node=environ.get("SLURMD_NODENAME") or socket.gethostname(),
             chain_predecessor=_parse_job_key(environ, "HAICO_CHAIN_PREV"),
+            supersedes=_parse_job_keys(environ, SUPERSEDES_ENV),
         )
 
     @property
@@ -47,6 +52,13 @@ class SlurmJob:
     @property
     def in_array(self) -> bool:
         return self.array_task_id is not None
+
+    @property
+    def ended_before(self) -> tuple[str, ...]:
+        """Jobs that Slurm had ended before this one started: the chain's previous link,
+        the attempts this continuation runs again."""
+        before = (self.chain_predecessor,) if self.chain_predecessor else ()
+        return before + self.supersedes
 
     @property
     def key(self) -> str | None:
@@ -74,17 +86,26 @@ def parse_slurm_number(environ: Mapping[str, str], name: str) -> str | None:
 
 def _parse_job_key(environ: Mapping[str, str], name: str) -> str | None:
     """A job's key as `SlurmJob.key` spells it (`123`, or `123_4` for an array task)."""
+    keys = _parse_job_keys(environ, name)
+    return keys[0] if keys else None
+
+
+def _parse_job_keys(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Job keys as `SlurmJob.key` spells them, `:`-separated (sbatch --export cannot pass
+    a comma); anything else is a `ConfigError` naming the variable."""
     value = environ.get(name, "")
     if value == "":
-        return None
-    job, underscore, task = value.partition("_")
-    parts = (job, task) if underscore else (job,)
-    if not all(part.isascii() and part.isdigit() for part in parts):
-        shown = value if len(value) <= 64 else value[:64] + "..."
-        raise ConfigError(
-            f"environment variable {name}",
-            "",
-            f"{shown!r} is not a Slurm job (digits, or <array job>_<task>, as campaign.sbatch "
-            "sets it); unset it",
-        )
-    return value
+        return ()
+    keys = tuple(value.split(":"))
+    for key in keys:
+        job, underscore, task = key.partition("_")
+        parts = (job, task) if underscore else (job,)
+        if not all(part.isascii() and part.isdigit() for part in parts):
+            shown = value if len(value) <= 64 else value[:64] + "..."
+            raise ConfigError(
+                f"environment variable {name}",
+                "",
+                f"{shown!r} is not a Slurm job (digits, or <array job>_<task>, as haico sets "
+                "it); unset it",
+            )
+    return keys

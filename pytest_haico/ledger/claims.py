@@ -5,10 +5,13 @@ work across nodes on shared file systems, so a claim is a file made with `link`,
 atomic everywhere, NFS included, and complete from its first moment. It records its
 holder; it is stale when the holder is dead: on the same host, its pid is gone or was
 reused (another start time, another boot); on another host, only when it is this very
-job's earlier incarnation (Slurm runs one incarnation of a job at a time) or the job this
-one continues in a chain (its successor starts only once it has ended). Whether a
-holder on another host is alive cannot be told from here: the refusal names the file to
-remove once that run is known dead.
+job's earlier incarnation (Slurm runs one incarnation of a job at a time) or a job Slurm
+had ended before this one started (the link a chain continues, the attempt a continuation
+runs again). Whether any other holder on another host is alive cannot be told from here:
+the refusal names the file to remove once that run is known dead.
+
+A holder judged dead may live on (a node cut off the network whose job Slurm ended): it
+sees at its next record that the claim is no longer its own, gone included, and stops.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Holder:
     restart_count: int
     run_id: str
     claimed_at: float
-    predecessor: str | None = None  # the chain's previous job, which has ended
+    ended: tuple[str, ...] = ()  # `SlurmJob.ended_before`: jobs whose claims it may take
 
     @classmethod
     def current(cls, job: SlurmJob, run_id: str) -> Holder:
@@ -56,7 +59,7 @@ class Holder:
             restart_count=job.restart_count,
             run_id=run_id,
             claimed_at=time.time(),
-            predecessor=job.chain_predecessor,
+            ended=job.ended_before,
         )
 
     def to_json(self) -> bytes:
@@ -68,8 +71,7 @@ class Holder:
         try:
             fields = json.loads(data)
             # Only the known fields: a later version may record more.
-            optional = {"predecessor": fields.get("predecessor")}
-            holder = cls(**{name: fields[name] for name in _REQUIRED}, **optional)
+            holder = cls(**{name: fields[name] for name in _REQUIRED})
         except (ValueError, TypeError, KeyError):
             return None
         if not (isinstance(holder.host, str) and isinstance(holder.pid, int)):
@@ -85,8 +87,8 @@ class Holder:
             if started is None:
                 return True
             return self.start_time is not None and started != self.start_time  # pid reused
-        if self.job is not None and self.job == me.predecessor:
-            return True  # a chain's link starts only once the link before it has ended
+        if self.job is not None and self.job in me.ended:
+            return True  # Slurm had ended it before `me` started
         return self.job is not None and self.job == me.job and self.restart_count < me.restart_count
 
     def describe(self) -> str:
@@ -95,7 +97,7 @@ class Holder:
         return f"run {self.run_id} (host {self.host}, pid {self.pid}{job}, since {since})"
 
 
-_REQUIRED = tuple(name for name in Holder.__dataclass_fields__ if name != "predecessor")
+_REQUIRED = tuple(name for name in Holder.__dataclass_fields__ if name != "ended")
 
 
 def share_claimed(share: str, holder: Holder, path: Path) -> ShareClaimedError:
@@ -116,16 +118,24 @@ class ShareClaim:
     path: Path
     content: bytes
 
-    def taken_by(self) -> Holder | None:
-        """The run that holds the claim now, if not this one (a requeue of our job broke our
-        claim while we lived on); None while it is ours, or cannot be read."""
+    def taken_by(self) -> str | None:
+        """Who took the claim, if it is no longer this run's (a requeue of our job, or a
+        continuation, broke it while we lived on); None while it is ours, or cannot be read."""
         try:
             found = read_results_file(self.path)
-        except (OSError, NotAnInputError):
-            return None  # gone or unreadable: nothing says another run holds it
+        except FileNotFoundError:
+            # Only a run that had broken it releases it: ours can never come back.
+            return (
+                "a later run of this share, which took this run's claim and has released it since"
+            )
+        except NotAnInputError as exc:
+            return f"whoever put a file there that {exc.problem}"
+        except OSError:
+            return None  # unreadable for now: nothing says another run holds it
         if found == self.content:
             return None
-        return Holder.parse(found)
+        holder = Holder.parse(found)
+        return holder.describe() if holder is not None else "a file that is not a claim"
 
     def release(self) -> None:
         """Remove the claim if it is still ours (a run judged dead may have lost it)."""

@@ -250,27 +250,26 @@ class Recorder:
             self._writers[arm] = LedgerWriter(paths.ledger(claim.run_id), file_mode=self.file_mode)
         return claim
 
-    def share_taken(self, arm: str) -> tuple[Holder, Path] | None:
-        """Another run that holds one of this run's shares of `arm` now (a requeue of its
-        job took it while this run lived on), and that claim's file; None while this run
+    def share_taken(self, arm: str) -> tuple[str, Path] | None:
+        """Who took one of this run's shares of `arm` (a requeue of its job, or a
+        continuation, while this run lived on), and that claim's file; None while this run
         holds every share it claimed."""
         with self._lock:
             claims = [claim for (of, _), claim in sorted(self._shares.items()) if of == arm]
         for claim in claims:
-            holder = claim.taken_by()
-            if holder is not None:
-                return holder, claim.path
+            taker = claim.taken_by()
+            if taker is not None:
+                return taker, claim.path
         return None
 
     def _check_share(self, arm: str, stratum: str) -> None:
-        """Raise `ShareTakenOverError` when another run holds this run's share now."""
+        """Raise `ShareTakenOverError` when this run's share is no longer its own."""
         claim = self._shares.get((arm, stratum))
-        holder = claim.taken_by() if claim is not None else None
-        if holder is not None:
+        taker = claim.taken_by() if claim is not None else None
+        if taker is not None:
             raise ShareTakenOverError(
-                f"arm {arm}, {self.share}, stratum {stratum}: run {holder.run_id} (pid "
-                f"{holder.pid} on {holder.host}, job {holder.job} restart {holder.restart_count})"
-                " took this run's share: its job was requeued while this run lived on; this "
+                f"arm {arm}, {self.share}, stratum {stratum}: {taker} took this run's share "
+                "while this run lived on (its job was requeued, or ended and continued); this "
                 "run records nothing more and stops"
             )
 

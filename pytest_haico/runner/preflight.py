@@ -41,7 +41,6 @@ from pytest_haico.stack.request import ModelEndpoint
 
 if TYPE_CHECKING:
     from pytest_haico.config.items import ItemSpec
-    from pytest_haico.ledger.claims import Holder
     from pytest_haico.ledger.recorder import Recorder
 
 _log = logging.getLogger(__name__)
@@ -181,7 +180,7 @@ def static_gates(
     run_dir: Path | None = None,
     served: ServedCheck | None = None,
     judge: Callable[[], GateResult] | None = None,
-    share_taken: Callable[[], tuple[Holder, Path] | None] = lambda: None,
+    share_taken: Callable[[], tuple[str, Path] | None] = lambda: None,
     environ: Mapping[str, str] = os.environ,
 ) -> list[Gate]:
     """The static gates of `arm`, in DESIGN's order (gate 1, the configuration, ran at
@@ -215,7 +214,7 @@ def static_gates(
             return static.check_output_collision(claimed=True, share=share)
         holder, claim = taken
         return static.check_output_collision(
-            claimed=False, share=share, holder=holder.describe(), claim_path=claim
+            claimed=False, share=share, holder=holder, claim_path=claim
         )
 
     def results_writable() -> GateResult:

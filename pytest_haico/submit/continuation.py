@@ -249,6 +249,7 @@ def _plans(
                 time_limit=time,
                 pytest_args=pytest_args(submission, arm_name, stratum, items=items_file),
                 continues={job: tuple(s.task for s in group) for job, group in by_job.items()},
+                supersedes=tuple(share.key for share in shares),
                 why=f"{why}; {len(items)} owed items over {task_count} tasks",
                 exclude=exclude,
             )
@@ -294,6 +295,7 @@ def _same_shards(
                 pytest_args=args,
                 depends_on=(),
                 continues={job_name_: tasks},
+                supersedes=tuple(share.key for share in shares),
                 why=why,
                 argv=(),
             )

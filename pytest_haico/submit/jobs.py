@@ -10,6 +10,7 @@ from pathlib import Path
 from pytest_haico.config.experiment import Arm
 from pytest_haico.config.frozen import INPUTS_DIGEST_ENV
 from pytest_haico.config.sections import SlurmSection
+from pytest_haico.config.slurm import SUPERSEDES_ENV
 from pytest_haico.errors import HaicoError
 from pytest_haico.report.item_costs import StratumCost, load_costs
 from pytest_haico.slurm.client import SlurmError
@@ -56,12 +57,14 @@ def sbatch_argv(
     arm_slurm: SlurmSection | None,
 ) -> list[str]:
     """The exact sbatch command line of a job; the job gets the allow-listed environment
-    plus what haico sets (interpreter, digest, shard count)."""
+    plus what haico sets (interpreter, digest, shard count, the attempts it runs again)."""
     exports = {
         "HAICO_PYTHON": submission.python,
         INPUTS_DIGEST_ENV: submission.digest,
         "HAICO_SHARD_COUNT": str(plan.shard_count),
     }
+    if plan.supersedes:
+        exports[SUPERSEDES_ENV] = ":".join(plan.supersedes)
     options = [
         # Everything of a run lives on one node's loopback: whatever the batch script says.
         "--nodes=1",

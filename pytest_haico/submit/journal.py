@@ -51,6 +51,9 @@ class PlannedJob:
     depends_on: tuple[str, ...] = ()  # names of the jobs that must end OK first
     # What a continuation runs again: job name -> the task ids it continues.
     continues: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # The attempts it runs again, as `<job id>_<task>`: Slurm has ended them, so their
+    # runs' share claims are its to take (`SlurmJob.supersedes`).
+    supersedes: tuple[str, ...] = ()
     why: str = ""  # where the walltime and the array size came from
     argv: tuple[str, ...] = ()  # the sbatch command line, once its dependencies are known
     exclude: tuple[str, ...] = ()  # nodes it must not run on (sbatch --exclude)
@@ -67,6 +70,7 @@ class PlannedJob:
             "pytest_args": list(self.pytest_args),
             "depends_on": list(self.depends_on),
             "continues": {name: list(tasks) for name, tasks in self.continues.items()},
+            "supersedes": list(self.supersedes),
             "why": self.why,
             "argv": list(self.argv),
             "exclude": list(self.exclude),
@@ -88,6 +92,7 @@ class PlannedJob:
                 str(name): tuple(int(t) for t in tasks)
                 for name, tasks in data.get("continues", {}).items()
             },
+            supersedes=tuple(str(key) for key in data.get("supersedes", ())),
             why=str(data.get("why", "")),
             argv=tuple(str(a) for a in data.get("argv", ())),
             exclude=tuple(str(n) for n in data.get("exclude", ())),

@@ -200,7 +200,7 @@ def test_the_claim_of_the_job_a_chain_continues_is_taken_over(tmp_path: Path) ->
         SlurmJob.from_environ({"SLURM_JOB_ID": "300", "HAICO_CHAIN_PREV": "299"}), "300.1"
     )
     claim = claim_share(path, successor, share=SHARE, file_mode=0o640)
-    assert json.loads(path.read_text())["predecessor"] == "299"
+    assert json.loads(path.read_text())["ended"] == ["299"]
     claim.release()
     # Any other job on another host is still presumed alive.
     path = write_claim(tmp_path / "d.json", host="node-elsewhere", job="298", run_id="298.1")
@@ -224,8 +224,7 @@ def test_a_run_whose_share_a_requeue_of_its_job_took_sees_who_took_it(tmp_path: 
     requeued = SlurmJob(job_id="7", array_job_id="7", array_task_id="0", restart_count=1, node="n2")
     on_n2 = replace(Holder.current(requeued, "7_0r1.1"), host="n2")  # elsewhere: it cannot
     again = claim_share(path, on_n2, share="s", file_mode=0o600)  # see the first run alive
-    taker = first.taken_by()
-    assert taker is not None and (taker.run_id, taker.restart_count) == ("7_0r1.1", 1)
+    assert first.taken_by() == on_n2.describe()
     assert again.taken_by() is None
     first.release()  # leaves the requeued run's claim alone
     assert path.read_bytes() == again.content
@@ -258,3 +257,49 @@ def test_gate_output_collision_fails_once_a_requeue_of_the_job_took_the_share(
         "its items again; let that run finish or cancel it (scancel); if it is dead (e.g. its "
         f"node failed), remove {path}, then rerun"
     )
+
+
+def test_a_run_whose_claim_was_taken_and_released_since_has_lost_its_share(
+    tmp_path: Path,
+) -> None:
+    """A network cut leaves the first run alive on its node; its requeue elsewhere runs
+    every item and releases the claim. Back on the network, the first run must not
+    record: its late infra_error would be the newest record of an item already done."""
+    path = tmp_path / "share.claim"
+    job = SlurmJob(job_id="7", array_job_id="7", array_task_id="0", restart_count=0, node="n1")
+    first = claim_share(path, Holder.current(job, "7_0.1"), share="s", file_mode=0o600)
+    requeued = replace(Holder.current(replace(job, restart_count=1), "7_0r1.1"), host="n2")
+    claim_share(path, requeued, share="s", file_mode=0o600).release()
+    assert not path.exists()
+    assert first.taken_by() == (
+        "a later run of this share, which took this run's claim and has released it since"
+    )
+
+
+def test_a_continuation_takes_over_the_claim_of_the_attempt_it_runs_again(
+    tmp_path: Path,
+) -> None:
+    """The attempt at the share on a node whose network was cut still holds its claim;
+    Slurm ended its job, and `haico continue` submitted a new job for the share. The new
+    job knows the attempts it supersedes (HAICO_SUPERSEDES) and takes the claim over."""
+    path = write_claim(tmp_path / "c.json", host="node3", job="18_0", run_id="18_0r1.1")
+    continuation = Holder.current(
+        SlurmJob.from_environ(
+            {"SLURM_JOB_ID": "22", "SLURM_ARRAY_JOB_ID": "21", "SLURM_ARRAY_TASK_ID": "0",
+             "HAICO_SUPERSEDES": "17_1:18_0"}
+        ),
+        "21_0.1",
+    )  # fmt: skip
+    claim = claim_share(path, continuation, share=SHARE, file_mode=0o640)
+    assert json.loads(path.read_text())["ended"] == ["17_1", "18_0"]
+    claim.release()
+    # A job it does not supersede, on another host, is still presumed alive.
+    path = write_claim(tmp_path / "d.json", host="node3", job="18_1", run_id="18_1.1")
+    with pytest.raises(ShareClaimedError):
+        claim_share(path, continuation, share=SHARE, file_mode=0o640)
+
+
+@pytest.mark.parametrize("value", ["18_0,18_1", "18_0::x", "../1", "18_0:"])
+def test_superseded_attempts_that_are_not_jobs_are_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match="HAICO_SUPERSEDES"):
+        SlurmJob.from_environ({"HAICO_SUPERSEDES": value})

@@ -66,7 +66,7 @@ def test_a_task_whose_node_fails_is_requeued_and_every_item_is_recorded_once(
         cluster.job_fields(f"{full}_0")["BatchHost"],
     }
     [log] = project.campaign_dir.glob(f"submissions/*/logs/full.*-{full}_0.out")
-    lived_on = "took this run's share: its job was requeued while this run lived on"
+    lived_on = "took this run's share while this run lived on (its job was requeued"
     assert (lived_on in log.read_text()) == (fault != "reboot")
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout

@@ -88,6 +88,8 @@ def test_one_line_per_share_says_its_end_what_it_owes_and_what_continue_does_abo
     [cont] = campaign.slurm.named(".continue-1.")
     argv = campaign.slurm.jobs()[cont]["argv"]
     assert "--array=0" in argv and any("HAICO_SHARD_COUNT=2" in a for a in argv)
+    # It may take over the claim that the attempt it runs again left on its node.
+    assert any(f"HAICO_SUPERSEDES={full_default}_0" in a.split(",") for a in argv), argv
     assert len(campaign.slurm.named(".continue-")) == 1, "a running or terminal share was rerun"
 
     # The cancelled share on request; the one being continued now waits for its rerun.
