@@ -3,15 +3,25 @@ what the runs left on the node do, and what `haico continue` decides after."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from pytest_haico.procfs import is_alive
 from tests.polling import wait_for
 from tests.slurm.nodes import LOGIN, MultiNodeCluster
-from tests.slurm.project import TERMINAL, Project, make_project, smoke_then_full, work_items
+from tests.slurm.project import (
+    TERMINAL,
+    Project,
+    make_project,
+    smoke_then_full,
+    terminal_once,
+    work_items,
+)
 
 
 def _running_items(project: Project, job: str) -> str:
@@ -68,5 +78,53 @@ def test_a_task_whose_node_fails_is_requeued_and_every_item_is_recorded_once(
     [log] = project.campaign_dir.glob(f"submissions/*/logs/full.*-{full}_0.out")
     lived_on = "took this run's share while this run lived on (its job was requeued"
     assert (lived_on in log.read_text()) == (fault != "reboot")
+    done = project.haico("continue", "demo")
+    assert "haico: nothing to continue" in done.stdout, done.stdout
+
+
+def _campaign_pytest(cluster: MultiNodeCluster, job: str) -> int:
+    """The pid of the job's campaign pytest (the batch script's child)."""
+    for process in cluster.processes_of_job(job):
+        pid, _, command = process.partition(": ")
+        if " -m pytest " in f" {command} " and "--haico-exit" in command:
+            return int(pid)
+    raise AssertionError(f"no campaign pytest in job {job}: {cluster.processes_of_job(job)}")
+
+
+def test_a_run_stuck_while_its_requeue_ran_every_item_records_nothing_when_it_wakes(
+    broken_cluster: MultiNodeCluster, tmp_path: Path
+) -> None:
+    """Its node lost slurmd while the run was stuck mid-conversation (as in a read from a
+    model across a cut network). The requeue elsewhere runs every item, ends and releases
+    the share claim; then the first run wakes. The claim that is gone is not its own: it
+    records nothing, so no item gets a second record (a late infra_error would be its
+    newest and make a COMPLETED task owe it)."""
+    cluster = broken_cluster
+    project = make_project(tmp_path, cluster, host=LOGIN)
+    work_items(project, count=4, turns=2, latency_ms=3000)  # 6 s an item, one at a time
+    full = smoke_then_full(project, tasks=1, time="10")
+    node = _running_items(project, full)
+    stuck = _campaign_pytest(cluster, full)
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        cluster.kill_slurmd(node)
+        wait_for(
+            lambda: cluster.job_fields(f"{full}_0").get("Restarts") == "1",
+            timeout=120,
+            what=f"Slurm to requeue {full}_0 off {node}",
+        )
+        assert cluster.wait_ended(full, timeout=300) == {f"{full}_0": "COMPLETED"}
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    wait_for(lambda: not is_alive(stuck), timeout=120, what="the woken run to stop")
+    records = project.records()
+    # Every item once, and no record at all after the requeued run's last: the woken run
+    # wrote none.
+    terminal_once(project, 4)
+    last = max(r["finished_at"] for r in records if r["slurm"]["restart_count"] == 1)
+    assert [r["item_id"] for r in records if r["finished_at"] > last] == []
+    [log] = project.campaign_dir.glob(f"submissions/*/logs/full.*-{full}_0.out")
+    released = "a later run of this share, which took this run's claim and has released it since"
+    assert released in log.read_text()
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout
