@@ -62,3 +62,48 @@ def test_haico_continue_reruns_a_bad_nodes_tasks_elsewhere_excluding_it(
     assert reran and reran <= {"node1", "node2"}, reran
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout
+
+
+def test_haico_continue_stops_naming_the_nodes_rather_than_exclude_every_node(
+    broken_cluster: MultiNodeCluster, tmp_path: Path
+) -> None:
+    """node3's disk fills first, while the full stage runs; then node1's and node2's fill
+    too, and the reruns fail on each node twice. Excluding the last one would leave nothing
+    to run on: the loop stops, naming the three nodes and how to run on them again."""
+    cluster = broken_cluster
+    project: Project = make_project(tmp_path, cluster, host=LOGIN)
+    work_items(project, count=12, turns=1, latency_ms=20)
+    smoke = project.haico("submit", "demo", "--stage", "smoke", "--limit", "1")
+    assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+    assert set(cluster.wait_ended(*project.job_ids("smoke")).values()) == {"COMPLETED"}
+    cluster.fill_disk("node3")
+    full = project.haico("submit", "demo", "--stage", "full", "--tasks", "6", "--time", "10")
+    assert full.returncode == 0, full.stdout + full.stderr
+    cluster.wait_ended(*project.job_ids("full"))
+    cluster.fill_disk("node1")
+    cluster.fill_disk("node2")
+
+    said = ""
+    # What --until-done does, without its minutes between rounds: where each rerun lands
+    # is Slurm's choice, but every node takes 2 failed attempts before it is excluded.
+    for round_ in range(1, 10):
+        done = project.haico("continue", "demo", "--max-rounds", "10")
+        said += done.stdout
+        if done.returncode != 0 or not project.job_ids(f"continue-{round_}"):
+            break
+        cluster.wait_ended(*project.job_ids(f"continue-{round_}"))
+    assert done.returncode == 1, said + done.stderr
+    assert "haico: the reruns exclude node(s) " in said, said
+    assert re.search(
+        r"terminal: .*but every node of the default partition is excluded: node1 \(2 attempts "
+        r"failed there: .*\), node2 \(2 attempts failed there: .*\), node3 \(2 attempts failed "
+        r"there: .*\); ask your site to look at them \(sinfo -R\), then `haico continue "
+        r"--no-exclude` runs on them again",
+        done.stdout,
+    ), done.stdout
+    excluded = [
+        e["plan"]["exclude"]
+        for e in project.journal()
+        if e["state"] == "PREPARED" and ".continue-" in e["job"]
+    ]
+    assert excluded and all(nodes != ["node1", "node2", "node3"] for nodes in excluded), excluded
