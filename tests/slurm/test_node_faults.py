@@ -3,15 +3,19 @@ what the runs left on the node do, and what `haico continue` decides after."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from pytest_haico.errors import CatalogueError
 from pytest_haico.procfs import is_alive
+from pytest_haico.serve.catalogue import read_entry
 from tests.polling import wait_for
 from tests.slurm.nodes import LOGIN, MultiNodeCluster
 from tests.slurm.project import (
@@ -128,3 +132,63 @@ def test_a_run_stuck_while_its_requeue_ran_every_item_records_nothing_when_it_wa
     assert released in log.read_text()
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout
+
+
+def test_a_network_cut_while_a_task_converses_with_a_model_on_another_node(
+    broken_cluster: MultiNodeCluster, tmp_path: Path
+) -> None:
+    """`haico serve` puts the arm's model on one node; the campaign's task converses with
+    it from another, whose network is then cut. Its conversations fail as infrastructure
+    (the model is unreachable), the controller finds the node DOWN and requeues the task
+    onto the third node, which finishes the share. Once the network is back, the first
+    run records nothing more, and `haico continue` has nothing left to do."""
+    cluster = broken_cluster
+    project = make_project(tmp_path, cluster, host=LOGIN)
+    work_items(project, count=6, turns=2, latency_ms=3000)  # 6 s an item, one at a time
+    served = project.root / "served"  # the model's own arm, kept out of the campaign
+    shutil.copytree(project.root / "experiments", served)
+    arm = project.root / "experiments" / "arms" / "demo.toml"
+    arm.write_text(arm.read_text().replace("[model]\n", '[model]\nserved = "demo"\n', 1))
+    started = project.haico(
+        "serve", "demo", "--profile", "local", "--time", "20", f"--experiments={served}"
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    catalogue = project.root / "catalogue"
+    wait_for(lambda: _registered_host(catalogue) is not None, timeout=240, what="the model")
+    model_node = _registered_host(catalogue)
+    # New jobs keep off the model's node: the campaign's task and its requeue go elsewhere.
+    cluster.run("scontrol", "update", f"nodename={model_node}", "state=drain", "reason=model")
+    try:
+        full = smoke_then_full(project, tasks=1, time="10")
+        node = _running_items(project, full)
+        assert node != model_node
+        first_run = _campaign_pytest(cluster, full)
+        cluster.cut_network(node)
+        wait_for(
+            lambda: cluster.job_fields(f"{full}_0").get("Restarts") == "1",
+            timeout=120,
+            what=f"Slurm to requeue {full}_0 off {node}",
+        )
+        assert cluster.wait_ended(full, timeout=300) == {f"{full}_0": "COMPLETED"}
+        cluster.restore_network(node)
+        wait_for(lambda: not is_alive(first_run), timeout=180, what="the first run to stop")
+    finally:
+        project.haico("serve", "stop", "demo")
+        cluster.run("scontrol", "update", f"nodename={model_node}", "state=resume")
+    records = project.records()
+    terminal_once(project, 6)
+    ran = {r["slurm"]["node"] for r in records if r["slurm"]["array_job_id"] == full}
+    assert ran == {node, cluster.job_fields(f"{full}_0")["BatchHost"]}
+    assert model_node not in ran
+    cut_off = [r for r in records if r["slurm"]["node"] == node and r["verdict"] == "infra_error"]
+    assert cut_off, "no conversation of the cut-off node failed to reach the model"
+    last = max(r["finished_at"] for r in records if r["slurm"]["restart_count"] == 1)
+    assert [r["item_id"] for r in records if r["finished_at"] > last] == []
+    done = project.haico("continue", "demo")
+    assert "haico: nothing to continue" in done.stdout, done.stdout
+
+
+def _registered_host(catalogue: Path) -> str | None:
+    with contextlib.suppress(CatalogueError, OSError, ValueError):
+        return read_entry(catalogue, "demo").host
+    return None
