@@ -161,7 +161,6 @@ def serve(cluster: MultiNodeCluster, root: Path, env: dict[str, str], *, minutes
     done = haico(
         cluster, root, env, "serve", SERVED_ARM, "--profile", "local", "--time", str(minutes),
         f"--experiments={root / SERVED_EXPERIMENTS}",
-        f"--cluster-env={root / 'experiments' / 'cluster.env'}",
     )  # fmt: skip
     print(done.stdout, end="")
     if done.returncode != 0:
@@ -196,7 +195,6 @@ def run(options: argparse.Namespace, cluster: SlurmCluster, root: Path) -> Summa
         print(f"the served model {SERVED_ARM!r} registered on {served_on}")
     for stage in ("smoke", "full"):
         extra = ("--tasks", str(options.tasks)) if stage == "full" else ()
-        # --profile local: the stand-ins, though a cluster.env (--nodes) says cluster.
         submitted = haico(
             cluster, root, env, "submit", CAMPAIGN, "--stage", stage, "--profile", "local", *extra
         )

@@ -56,8 +56,7 @@ def write_project(
     """`arms` arms over `items` scripts of `turns` turns in one stratum, and the shipped
     batch script: a project as `haico init` would leave it, made small. With `served`, arm
     chaos0 attaches to the model served under its name, which `<root>/served` holds as an
-    arm of its own, and the experiments' cluster.env makes `root` the shared work
-    directory."""
+    arm of its own."""
     experiments = root / "experiments"
     (experiments / "arms").mkdir(parents=True)
     (experiments / "scripts").mkdir()
@@ -68,10 +67,6 @@ def write_project(
             ARM.format(**values, time_limit=time_limit, served=attach)
         )
     if served:
-        # The site's shared work directory (results, the catalogue), as a cluster.env says
-        # it: the jobs get no CLUSTER_WORK of the submitting shell's, and without one they
-        # would look for the model in their frozen copy of the inputs.
-        (experiments / "cluster.env").write_text(f"CLUSTER_WORK={root}\n")
         (root / SERVED_EXPERIMENTS / "arms").mkdir(parents=True)
         (root / SERVED_EXPERIMENTS / "scripts").mkdir()
         (root / SERVED_EXPERIMENTS / "arms" / f"{SERVED_ARM}.toml").write_text(

@@ -125,7 +125,12 @@ def run_submit(args: argparse.Namespace) -> int:
         )
     places = arguments.places(args)
     campaign = arguments.campaign_dir(args, places)
-    sources = Sources.find(places.experiments, cluster_env=places.cluster_env, script=args.sbatch)
+    sources = Sources.find(
+        places.experiments,
+        cluster_env=places.cluster_env,
+        script=args.sbatch,
+        catalogue=places.catalogue,
+    )
     profile = args.profile or ("cluster" if sources.cluster_env is not None else "local")
     return submit(
         campaign,

@@ -46,6 +46,12 @@ OPTIONS = (
     Option(
         "results", "results root (default: $CLUSTER_WORK/results, else <rootdir>/results)", "DIR"
     ),
+    Option(
+        "catalogue",
+        "where served models register and are found by name (default: $CLUSTER_WORK/catalogue, "
+        "else <rootdir>/catalogue); haico submit gives its jobs the one it resolved",
+        "DIR",
+    ),
     Option("campaign", "campaign directory under the results root (default: default)", "NAME"),
     Option("experiments", "where arms/ and scripts/ are (default: <rootdir>/experiments)", "DIR"),
     Option("cluster_env", "site settings file (default: <experiments>/cluster.env)", "FILE"),

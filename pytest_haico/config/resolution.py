@@ -88,7 +88,7 @@ def resolve_places(r: Resolver) -> Places:
     """The experiments (default `<rootdir>/experiments`), the cluster.env (default the one in
     the experiments, if any), the results root (default `$CLUSTER_WORK/results`, from
     the environment, else the cluster.env; else `<rootdir>/results`) and the catalogue of
-    served models (`$CLUSTER_WORK/catalogue`, else `<rootdir>/catalogue`)."""
+    served models (default `$CLUSTER_WORK/catalogue`, else `<rootdir>/catalogue`)."""
     rootdir = r.lookup.rootdir
     experiments = r.get("experiments", r.path, rootdir / "experiments")
     experiments_given = r.given("experiments")
@@ -109,7 +109,7 @@ def resolve_places(r: Resolver) -> Places:
         cluster_env=cluster_env,
         site=site,
         results=r.get("results", r.path, default_results),
-        catalogue=work / "catalogue",
+        catalogue=r.get("catalogue", r.path, work / "catalogue"),
     )
 
 

@@ -26,6 +26,7 @@ import contextlib
 import grp
 import json
 import os
+import socket
 import stat
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,13 @@ def check_catalogue_dir(catalogue: Path) -> os.stat_result:
     try:
         info = os.lstat(catalogue)
     except FileNotFoundError:
+        if not catalogue.parent.is_dir():  # not nothing served: a place this host cannot see
+            raise CatalogueError(
+                f"{catalogue}: no catalogue here: {catalogue.parent} does not exist on "
+                f"{socket.gethostname()}: a served model is found only through a catalogue on "
+                "a file system shared with the node that serves it (set CLUSTER_WORK, or "
+                "--haico-catalogue DIR, to a shared directory)"
+            ) from None
         raise CatalogueError(
             f"{catalogue}: no catalogue here: no model is served (`haico serve <arm>` serves one)"
         ) from None

@@ -38,18 +38,25 @@ class InputsError(HaicoError):
 
 @dataclass(frozen=True)
 class Sources:
-    """What a submission freezes: the experiments, the site file, the batch script, and the
-    project's pytest configuration and top-level conftest.py when it has them."""
+    """What a submission freezes: the experiments, the site file, the batch script, the
+    project's pytest configuration and top-level conftest.py when it has them, and the
+    catalogue of served models the submitting shell resolved (its jobs attach there)."""
 
     experiments: Path
     cluster_env: Path | None
     script: Path
     ini_file: Path | None
     conftest: Path | None
+    catalogue: Path | None = None
 
     @classmethod
     def find(
-        cls, experiments: Path, *, cluster_env: Path | None = None, script: Path | None = None
+        cls,
+        experiments: Path,
+        *,
+        cluster_env: Path | None = None,
+        script: Path | None = None,
+        catalogue: Path | None = None,
     ) -> Sources:
         """The sources of the project whose experiments directory is `experiments`."""
         experiments = experiments.resolve()
@@ -76,6 +83,7 @@ class Sources:
             script=script.resolve(),
             ini_file=ini_file,
             conftest=conftest if conftest.is_file() else None,
+            catalogue=catalogue,
         )
 
     def digest(self) -> str:
@@ -119,6 +127,13 @@ class Submission:
     @property
     def experiments(self) -> Path:
         return self.dir / "experiments"
+
+    @property
+    def catalogue(self) -> Path | None:
+        """Where the jobs find served models: the catalogue the first `haico submit` of these
+        inputs resolved (None in a submission frozen before the jobs were given it)."""
+        path = self.manifest.get("catalogue")
+        return Path(path) if path else None
 
     @property
     def cluster_env(self) -> Path | None:
@@ -196,6 +211,7 @@ def planned_submission(campaign_dir: Path, sources: Sources, profile: str) -> Su
         "profile": profile,
         "python": sys.executable,
         "cluster_env": cluster_name,
+        "catalogue": str(sources.catalogue) if sources.catalogue else None,
         "ini_file": sources.ini_file.name if sources.ini_file else "pytest.ini",
         "sources": {
             "experiments": str(sources.experiments),

@@ -102,6 +102,7 @@ def pytest_args(
         "--rootdir": submission.dir,
         "--haico-profile": submission.profile,
         "--haico-results": submission.results,
+        "--haico-catalogue": submission.catalogue,
         "--haico-campaign": submission.campaign,
         "--haico-experiments": submission.experiments,
         "--haico-cluster-env": submission.cluster_env,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -145,8 +146,21 @@ def test_an_unknown_name_names_what_is_served(catalogue: Path) -> None:
 
 
 def test_a_missing_catalogue_says_nothing_is_served(catalogue: Path) -> None:
+    catalogue.parent.mkdir()
     with pytest.raises(CatalogueError, match="no catalogue here: no model is served"):
         resolve_served("judge", catalogue=catalogue, lookup=_running())
+
+
+def test_a_catalogue_whose_parent_this_host_lacks_says_it_must_be_shared(catalogue: Path) -> None:
+    """Not "nothing is served": a place this host cannot see (a path of another node's)."""
+    with pytest.raises(CatalogueError) as refused:
+        resolve_served("judge", catalogue=catalogue, lookup=_running())
+    assert str(refused.value) == (
+        f"{catalogue}: no catalogue here: {catalogue.parent} does not exist on "
+        f"{socket.gethostname()}: a served model is found only through a catalogue on a file "
+        "system shared with the node that serves it (set CLUSTER_WORK, or --haico-catalogue "
+        "DIR, to a shared directory)"
+    )
 
 
 @pytest.mark.parametrize(

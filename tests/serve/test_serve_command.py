@@ -67,6 +67,7 @@ def test_an_unknown_name_and_a_missing_catalogue_are_one_line(
     project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     catalogue = tmp_path / "work" / "catalogue"
+    catalogue.parent.mkdir()
     status, lines = _haico(capsys, "stop", "judge")
     assert (status, lines) == (
         2,

@@ -3,7 +3,8 @@ HTTP between them): `haico serve` from the login node puts a model and a judge o
 nodes; a campaign job on another node attaches to both by name through the catalogue, its
 backend reaching the model under a `vllm` name with the key; a model job requeued onto
 another node is found there by the next attempt, and the identity gate holds meanwhile;
-renewal hands over to a successor on another node."""
+renewal hands over to a successor on another node; a campaign that `haico submit` sends
+from a shell without CLUSTER_WORK attaches in the project's catalogue."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ import pytest
 from pytest_haico.errors import CatalogueError
 from pytest_haico.serve.catalogue import read_entry
 from pytest_haico.serve.resolver import ServedModel, resolve_served
+from pytest_haico.submit.inputs import newest_submission
+from pytest_haico.submit.journal import Journal
 from tests.polling import wait_for
 from tests.slurm.nodes import LOGIN, MultiNodeCluster, missing_namespace_requirements
 from tests.slurm.test_serve_judge import JUDGE_ARM, SCRIPTS
@@ -27,22 +31,24 @@ from tests.slurm.test_serve_judge import JUDGE_ARM, SCRIPTS
 
 @dataclass
 class Site:
-    """A `haico init` project on the shared file system, its CLUSTER_WORK, and the cluster."""
+    """A `haico init` project on the shared file system, its CLUSTER_WORK (None: none, so
+    the catalogue and results are the project's own), and the cluster."""
 
     root: Path
-    work: Path
+    work: Path | None
     cluster: MultiNodeCluster
 
     @property
     def catalogue(self) -> Path:
-        return self.work / "catalogue"
+        return (self.work or self.root) / "catalogue"
 
     @property
     def results(self) -> Path:
-        return self.work / "results" / "default"
+        return (self.work or self.root) / "results" / "default"
 
     def env(self) -> dict[str, str]:
-        return {"CLUSTER_WORK": str(self.work), "PYTEST_HAICO_CONCURRENCY": "1"}
+        work = {"CLUSTER_WORK": str(self.work)} if self.work else {}
+        return {**work, "PYTEST_HAICO_CONCURRENCY": "1"}
 
     def haico(self, *args: str, node: str = LOGIN) -> subprocess.CompletedProcess[str]:
         """`haico ...` as a user runs it on `node` (the login node by default)."""
@@ -92,7 +98,13 @@ class Site:
         return values
 
 
-def _site(tmp_path: Path, cluster: MultiNodeCluster, monkeypatch: pytest.MonkeyPatch) -> Site:
+def _site(
+    tmp_path: Path,
+    cluster: MultiNodeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    cluster_work: bool = True,
+) -> Site:
     root = tmp_path / "project"
     subprocess.run(
         [sys.executable, "-m", "pytest_haico", "init", str(root)], check=True, capture_output=True
@@ -101,7 +113,7 @@ def _site(tmp_path: Path, cluster: MultiNodeCluster, monkeypatch: pytest.MonkeyP
     (root / "judges" / "arms" / "judge.toml").write_text(JUDGE_ARM)
     for key, value in cluster.env.items():  # this process resolves entries against Slurm
         monkeypatch.setenv(key, value)
-    return Site(root=root, work=tmp_path / "work", cluster=cluster)
+    return Site(root=root, work=tmp_path / "work" if cluster_work else None, cluster=cluster)
 
 
 def _cancel_all(site: Site) -> None:
@@ -113,23 +125,38 @@ def _cancel_all(site: Site) -> None:
         site.cluster.wait_ended(*jobs, timeout=60)
 
 
+@contextmanager
+def _cleaned(site: Site) -> Iterator[Site]:
+    """`site`, and after it: every job it leaves cancelled, every node it drained resumed."""
+    try:
+        yield site
+    finally:
+        _cancel_all(site)
+        for node in site.cluster.compute:
+            if site.cluster.state(node).rstrip("*") in ("drained", "draining", "drain"):
+                site.cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
+
+
 @pytest.fixture
 def site(
     tmp_path: Path,
     slurm_nodes: Callable[[int], MultiNodeCluster],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Site]:
-    """A project on the shared three-node cluster; every job it leaves is cancelled, every
-    node it drained resumed."""
-    cluster = slurm_nodes(3)
-    site = _site(tmp_path, cluster, monkeypatch)
-    try:
+    """A project on the shared three-node cluster, CLUSTER_WORK beside it; cleaned after."""
+    with _cleaned(_site(tmp_path, slurm_nodes(3), monkeypatch)) as site:
         yield site
-    finally:
-        _cancel_all(site)
-        for node in cluster.compute:
-            if cluster.state(node).rstrip("*") in ("drained", "draining", "drain"):
-                cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
+
+
+@pytest.fixture
+def project_site(
+    tmp_path: Path,
+    slurm_nodes: Callable[[int], MultiNodeCluster],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Site]:
+    """A project on the shared three-node cluster without CLUSTER_WORK; cleaned after."""
+    with _cleaned(_site(tmp_path, slurm_nodes(3), monkeypatch, cluster_work=False)) as site:
+        yield site
 
 
 def _registered(
@@ -354,3 +381,36 @@ def test_a_renewed_model_job_hands_over_to_its_successor_on_another_node(site: S
     assert (
         f"at http://{second.entry.host}:{second.entry.port}/v1, job {second_job}" in gate["detail"]
     )
+
+
+def test_a_campaign_submitted_without_cluster_work_attaches_in_the_projects_catalogue(
+    project_site: Site,
+) -> None:
+    """No CLUSTER_WORK anywhere: `haico serve` from the login node registers the model in
+    `<project>/catalogue`; `haico submit` from there gives its jobs that catalogue, and their
+    tasks on the compute nodes attach to the model by name (they looked in their frozen copy
+    of the inputs before, and stopped at gate served_model)."""
+    site = project_site
+    arm = site.root / "experiments" / "arms" / "standin.toml"
+    served = site.root / "served"
+    (served / "arms").mkdir(parents=True)
+    (served / "scripts").mkdir()
+    (served / "arms" / "standin.toml").write_text(arm.read_text())
+    arm.write_text(arm.read_text().replace("[model]\n", '[model]\nserved = "standin"\n', 1))
+    model_job = site.serve("standin", "--experiments", "served")
+    model = _registered(site, "standin", job=model_job)
+    assert site.catalogue == site.root / "catalogue"
+
+    done = site.haico("submit", "default", "--stage", "smoke")
+    assert done.returncode == 0, done.stdout + done.stderr
+    submission = newest_submission(site.results)
+    assert submission.catalogue == site.catalogue
+    jobs = [str(job.job_id) for job in Journal(submission.journal).read(warn=print).values()]
+    ends = site.cluster.wait_ended(*jobs, timeout=300)
+    logs = "".join(log.read_text()[-2000:] for log in sorted(submission.logs.iterdir()))
+    assert jobs and set(ends.values()) == {"COMPLETED"}, (ends, logs)
+    records = site.records()
+    assert records and {r["verdict"] for r in records} == {"completed"}, records
+    for run_id in {r["run_id"] for r in records}:
+        detail = site.gate(run_id, "served_model")["detail"]
+        assert f"'standin' at {model.endpoint}, job {model_job}: the arm's model" == detail

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -326,3 +327,28 @@ def test_a_full_stage_slurm_cancelled_for_a_failed_smoke_task_reruns_once_smoke_
     [rerun] = campaign.slurm.named(".continue-2.")
     argv = campaign.slurm.jobs()[rerun]["argv"]
     assert "--array=0-1" in argv and not any(a.startswith("--dependency") for a in argv)
+
+
+def test_a_continued_job_attaches_where_the_submitting_shell_did_whatever_the_continuing_one_says(
+    campaign: Campaign, tmp_path: Path
+) -> None:
+    """The catalogue is frozen at the first submit: `haico continue` from another directory,
+    with a CLUSTER_WORK of its own, gives the reruns the submitting shell's catalogue."""
+    job = campaign.smoke_long()
+    campaign.record(".smoke.demo.long", 1, ["interrupted"])
+    campaign.slurm.end(job, 1, "TIMEOUT")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_haico", "continue", str(campaign.campaign_dir)],
+        cwd=elsewhere,
+        env={**os.environ, "PATH": campaign.slurm.path, "CLUSTER_WORK": str(elsewhere)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [rerun] = campaign.slurm.named(".continue-1.")
+    given = [a for a in campaign.slurm.jobs()[rerun]["argv"] if a.startswith("--haico-catalogue")]
+    assert given == [f"--haico-catalogue={campaign.project / 'catalogue'}"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ITEM_MODULE
+from tests.harness import CONVERSATION_MODULE, ITEM_MODULE
 
 ARM = '[slurm]\ntime = "00:10:00"\n'
+SERVED_ARM = ARM + '[model]\nserved = "shared"\n'  # attaches to a model `haico serve` serves
 SCRIPTS = "".join(
     json.dumps({"id": f"s{i}", "turns": [{"user": f"hello {i}"}]}) + "\n" for i in range(4)
 )
@@ -81,8 +83,17 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def submit_smoke(project: Path, tmp_path: Path) -> list[SubmittedJob]:
-    """`haico submit demo --stage smoke` against an sbatch that records each call."""
+def served_arm(project: Path) -> None:
+    """Arm demo attaches to served model `shared`, and the items converse with the stack."""
+    (project / "experiments" / "arms" / "demo.toml").write_text(SERVED_ARM)
+    (project / "experiments" / "test_conversations.py").write_text(CONVERSATION_MODULE)
+
+
+def submit_smoke(
+    project: Path, tmp_path: Path, environ: dict[str, str] | None = None
+) -> list[SubmittedJob]:
+    """`haico submit demo --stage smoke` (in `environ` added to this one) against an sbatch
+    that records each call."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     calls.mkdir()
@@ -99,7 +110,7 @@ def submit_smoke(project: Path, tmp_path: Path) -> list[SubmittedJob]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest_haico", "submit", "demo", "--stage", "smoke"],
         cwd=project,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        env={**os.environ, **(environ or {}), "PATH": f"{bin_dir}:{os.environ['PATH']}"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -138,3 +149,41 @@ def test_every_option_of_a_job_carries_its_value_in_its_own_word(
     assert f"--config-file={job.chdir / 'pytest.ini'}" in options
     assert f"--rootdir={job.chdir}" in options
     assert "--haico-limit-per-stratum=2" in options
+
+
+def test_a_job_looks_for_its_served_model_in_the_catalogue_its_submitting_shell_resolved(
+    project: Path, tmp_path: Path
+) -> None:
+    """Not in the frozen copy's `<rootdir>/catalogue`: in the project's, where `haico serve`
+    from that shell registers (no CLUSTER_WORK says otherwise)."""
+    served_arm(project)
+    [job] = submit_smoke(project, tmp_path)
+    catalogue = project / "catalogue"
+    assert f"--haico-catalogue={catalogue}" in job.command
+    log = tmp_path / "task0.out"
+    assert job.run(log, task=0) == 78, log.read_text()
+    assert (
+        f"gate served_model failed: {catalogue}: no catalogue here: no model is served "
+        "(`haico serve <arm>` serves one)" in log.read_text()
+    ), log.read_text()
+
+
+def test_a_catalogue_the_jobs_node_cannot_see_is_gate_78_naming_it_the_node_and_the_fix(
+    project: Path, tmp_path: Path
+) -> None:
+    """The catalogue resolved at submit lies where the job's node has no such directory (a
+    path only the login node has): the served-model gate names the path, the node and the
+    fix, before anything starts."""
+    served_arm(project)
+    elsewhere = tmp_path / "login-node-only"
+    [job] = submit_smoke(
+        project, tmp_path, {"PYTEST_HAICO_CATALOGUE": str(elsewhere / "catalogue")}
+    )
+    log = tmp_path / "task0.out"
+    assert job.run(log, task=0) == 78, log.read_text()
+    assert (
+        f"gate served_model failed: {elsewhere / 'catalogue'}: no catalogue here: {elsewhere} "
+        f"does not exist on {socket.gethostname()}: a served model is found only through a "
+        "catalogue on a file system shared with the node that serves it (set CLUSTER_WORK, or "
+        "--haico-catalogue DIR, to a shared directory); serve it" in log.read_text()
+    ), log.read_text()
