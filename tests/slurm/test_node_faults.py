@@ -138,10 +138,10 @@ def test_a_network_cut_while_a_task_converses_with_a_model_on_another_node(
     broken_cluster: MultiNodeCluster, tmp_path: Path
 ) -> None:
     """`haico serve` puts the arm's model on one node; the campaign's task converses with
-    it from another, whose network is then cut. Its conversations fail as infrastructure
-    (the model is unreachable), the controller finds the node DOWN and requeues the task
-    onto the third node, which finishes the share. Once the network is back, the first
-    run records nothing more, and `haico continue` has nothing left to do."""
+    it from another, whose network is then cut mid-turn. The controller finds the node
+    DOWN and requeues the task onto the third node, which finishes the share. Once the
+    network is back, the first run records nothing more, and `haico continue` has nothing
+    left to do."""
     cluster = broken_cluster
     project = make_project(tmp_path, cluster, host=LOGIN)
     work_items(project, count=6, turns=2, latency_ms=3000)  # 6 s an item, one at a time
@@ -180,10 +180,12 @@ def test_a_network_cut_while_a_task_converses_with_a_model_on_another_node(
     ran = {r["slurm"]["node"] for r in records if r["slurm"]["array_job_id"] == full}
     assert ran == {node, cluster.job_fields(f"{full}_0")["BatchHost"]}
     assert model_node not in ran
-    cut_off = [r for r in records if r["slurm"]["node"] == node and r["verdict"] == "infra_error"]
-    assert cut_off, "no conversation of the cut-off node failed to reach the model"
     last = max(r["finished_at"] for r in records if r["slurm"]["restart_count"] == 1)
     assert [r["item_id"] for r in records if r["finished_at"] > last] == []
+    # The first run lived through the cut, its turn to the model hanging, and stopped at
+    # its next record.
+    [log] = project.campaign_dir.glob(f"submissions/*/logs/full.*-{full}_0.out")
+    assert "took this run's share while this run lived on" in log.read_text()
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout
 
