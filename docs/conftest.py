@@ -70,6 +70,8 @@ def _new_home(namespace: dict[str, Any]) -> Path:
     home = Path(tempfile.mkdtemp(prefix="haico-docs-"))
     home.chmod(0o711)  # the stand-ins' Postgres runs as another user when we are root
     namespace["homes"].append(home)
+    # Where a page's reader has their clone: `~/pytest-haico` in a command is this one.
+    (home / console.SHOWN_CLONE.removeprefix("~/")).symlink_to(console.CLONE)
     return home
 
 

@@ -2,7 +2,7 @@
 
 A ```console block is a list of `$ command` lines, each followed by what it prints. It is
 run with bash in a home of its own (`HOME`, so `~/` in the page is that home; this clone is
-shown as `~/pytest-haico`), with this environment's `pytest` and `haico` first on PATH, and
+shown as, and reachable at, `~/pytest-haico`), with this environment's `pytest` and `haico` first on PATH, and
 compared line by line after masking what changes from run to run in both texts (`mask`):
 durations, percentages, run ids and dates, hashes. A line `...` stands for any lines, and
 `...` inside a line for any text of it; a last line `(exit N)` is the command's exit status,
