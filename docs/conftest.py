@@ -72,6 +72,8 @@ def _new_home(namespace: dict[str, Any]) -> Path:
     namespace["homes"].append(home)
     # Where a page's reader has their clone: `~/pytest-haico` in a command is this one.
     (home / console.SHOWN_CLONE.removeprefix("~/")).symlink_to(console.CLONE)
+    (home / console.TMPDIR).mkdir()
+    (home / console.TMPDIR).chmod(0o711)
     return home
 
 
@@ -83,6 +85,7 @@ def _setup(namespace: dict[str, Any]) -> None:
 
 def _teardown(namespace: dict[str, Any]) -> None:
     for home in namespace["homes"]:
+        console.stop_kept_stacks(home)
         shutil.rmtree(home, ignore_errors=True)
 
 
