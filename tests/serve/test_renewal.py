@@ -120,6 +120,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "line"),
     [

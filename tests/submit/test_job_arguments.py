@@ -16,6 +16,9 @@ import pytest
 
 from tests.harness import ITEM_MODULE
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 ARM = '[slurm]\ntime = "00:10:00"\n'
 SCRIPTS = "".join(
     json.dumps({"id": f"s{i}", "turns": [{"user": f"hello {i}"}]}) + "\n" for i in range(4)
