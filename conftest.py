@@ -9,10 +9,6 @@ concerns the tests applies to the items under tests/ only.
 
 from __future__ import annotations
 
-import ast
-import functools
-import inspect
-import itertools
 import os
 import re
 from pathlib import Path
@@ -58,20 +54,8 @@ FOLDER_MARKS = {
     "integration": "stack",
     "vllm": "stack",
 }
-# How a test runs a child process: pytester's and the harness's methods, and the standard
-# library's.
-SUBPROCESS_METHODS = frozenset(
-    {"runpytest_subprocess", "run_subprocess", "run_on_terminal", "start_pytest"}
-)
-SUBPROCESS_CALLS = frozenset(
-    {
-        ("subprocess", name)
-        for name in ("run", "Popen", "call", "check_call", "check_output", "getoutput")
-    }
-    | {("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
-    # The harness's background run (`campaign.start(...)`); `start` alone names too much.
-    | {("campaign", "start")}
-)
+# The marks that make a test slow. `subprocess` is written on the test that runs a child
+# process (`@pytest.mark.subprocess`, or `pytestmark` where every test of a module does).
 FINER_MARKS = frozenset({"stack", "slurm", "subprocess", "vllm"})
 
 
@@ -114,79 +98,18 @@ def _hand_out_rank(item: pytest.Item) -> int:
 
 
 def _mark(item: pytest.Item) -> None:
+    """Mark `item` by its folder and the fixtures it uses, and slow when any of its marks,
+    these or its own, is one of `FINER_MARKS`."""
     names = set(getattr(item, "fixturenames", ()))
     marks = {mark for fixture, found in FIXTURE_MARKS.items() if fixture in names for mark in found}
     folder = item.path.relative_to(TESTS).parts[0]
     if folder in FOLDER_MARKS:
         marks.add(FOLDER_MARKS[folder])
     marked = {mark.name for mark in item.iter_markers()}  # `vllm` comes with a parameter
-    if not (marks | marked) & FINER_MARKS and _runs_a_child_process(item):
-        marks.add("subprocess")
     if (marks | marked) & FINER_MARKS:
         marks.add("slow")
     for name in sorted(marks):
         item.add_marker(name)
-
-
-def _runs_a_child_process(item: pytest.Item) -> bool:
-    """Whether the test function, a fixture of its module that it uses, or a function of
-    its module that they call, calls one of the `SUBPROCESS_METHODS` or `SUBPROCESS_CALLS`,
-    or runs `python -m pytest`."""
-    function = getattr(item, "function", None)
-    module = inspect.getmodule(function) if function is not None else None
-    if function is None or module is None or module.__file__ is None:
-        return False
-    functions = _functions_of(Path(module.__file__))
-    used = [function.__name__, *getattr(item, "fixturenames", ())]
-    seen: set[str] = set()
-    return any(
-        _calls_a_subprocess(functions, name, seen=seen)
-        for name in used
-        if name in functions and name not in seen
-    )
-
-
-@functools.cache
-def _functions_of(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    """The functions of a module by name, methods included."""
-    tree = ast.parse(path.read_text(), str(path))
-    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
-    return {node.name: node for node in ast.walk(tree) if isinstance(node, kinds)}
-
-
-def _calls_a_subprocess(
-    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], name: str, *, seen: set[str]
-) -> bool:
-    """Whether function `name` calls one of `SUBPROCESS_METHODS` or `SUBPROCESS_CALLS`, or runs
-    `python -m pytest`, itself or through a function of `functions` that it calls."""
-    seen.add(name)
-    for node in ast.walk(functions[name]):
-        if isinstance(node, ast.Call | ast.List | ast.Tuple) and _names_python_m_pytest(node):
-            return True
-        if not isinstance(node, ast.Call):
-            continue
-        called = node.func
-        if isinstance(called, ast.Attribute):
-            receiver = called.value.id if isinstance(called.value, ast.Name) else None
-            if called.attr in SUBPROCESS_METHODS or (receiver, called.attr) in SUBPROCESS_CALLS:
-                return True
-        elif isinstance(called, ast.Name):
-            if called.id in SUBPROCESS_METHODS:
-                return True
-            if (
-                called.id in functions
-                and called.id not in seen
-                and _calls_a_subprocess(functions, called.id, seen=seen)
-            ):
-                return True
-    return False
-
-
-def _names_python_m_pytest(node: ast.Call | ast.List | ast.Tuple) -> bool:
-    """Whether a call's arguments, or a list's items, hold "-m", "pytest" in a row."""
-    values = node.args if isinstance(node, ast.Call) else node.elts
-    words = [value.value if isinstance(value, ast.Constant) else None for value in values]
-    return any(pair == ("-m", "pytest") for pair in itertools.pairwise(words))
 
 
 # Hypothesis's profile for CI (.ci/run sets CI, as most CI services do): the same examples

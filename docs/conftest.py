@@ -70,6 +70,10 @@ def _new_home(namespace: dict[str, Any]) -> Path:
     home = Path(tempfile.mkdtemp(prefix="haico-docs-"))
     home.chmod(0o711)  # the stand-ins' Postgres runs as another user when we are root
     namespace["homes"].append(home)
+    # Where a page's reader has their clone: `~/pytest-haico` in a command is this one.
+    (home / console.SHOWN_CLONE.removeprefix("~/")).symlink_to(console.CLONE)
+    (home / console.TMPDIR).mkdir()
+    (home / console.TMPDIR).chmod(0o711)
     return home
 
 
@@ -81,6 +85,7 @@ def _setup(namespace: dict[str, Any]) -> None:
 
 def _teardown(namespace: dict[str, Any]) -> None:
     for home in namespace["homes"]:
+        console.stop_kept_stacks(home)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -289,6 +289,7 @@ for n in range(int(sys.argv[2])):
 """
 
 
+@pytest.mark.subprocess
 def test_processes_making_the_same_directories_at_once_all_succeed(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", _TASK, str(tmp_path), "500"]
     pipe = subprocess.PIPE

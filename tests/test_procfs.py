@@ -15,6 +15,7 @@ from pytest_haico import procfs
 from pytest_haico.procfs import boot_id, is_alive, live_start_time, read_proc_stat
 
 
+@pytest.mark.subprocess
 def test_a_command_name_with_spaces_and_parentheses_is_read_past(tmp_path: Path) -> None:
     sleep = shutil.which("sleep")
     assert sleep is not None
@@ -36,6 +37,7 @@ def test_a_command_name_with_spaces_and_parentheses_is_read_past(tmp_path: Path)
         child.wait()
 
 
+@pytest.mark.subprocess
 def test_an_ended_process_has_no_start_time_even_before_it_is_reaped() -> None:
     assert live_start_time(os.getpid()) is not None
     child = subprocess.Popen(["true"])

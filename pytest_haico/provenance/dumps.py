@@ -131,6 +131,8 @@ class DatabaseDumps:
             if process.poll() is None:  # a timeout, or an interrupt of this thread
                 process.kill()
                 process.wait()
+            if process.stderr is not None:  # communicate() closed it, unless interrupted
+                process.stderr.close()
         if self._aborted.is_set():
             raise DumpError(f"pg_dump ({kind}) was stopped: the run is ending at once")
         if process.returncode != 0:

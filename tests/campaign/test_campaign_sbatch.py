@@ -52,12 +52,14 @@ def array_task(task: int, count: int) -> dict[str, str]:
     }
 
 
+@pytest.mark.subprocess
 def test_an_array_task_passes_its_shard_of_the_array(tmp_path: Path) -> None:
     done = run_wrapper(tmp_path, array_task(1, 3), "experiments", "--haico-arm", "demo")
     assert done.returncode == 0, done.stderr
     assert argv(tmp_path) == [*PYTEST, "--haico-shard=1/3", "experiments", "--haico-arm", "demo"]
 
 
+@pytest.mark.subprocess
 def test_haico_shard_count_is_the_count_of_an_array_of_some_shards(tmp_path: Path) -> None:
     # `--array=1,3`: tasks 1 and 3 of four shards, in an array of two tasks.
     done = run_wrapper(tmp_path, {**array_task(3, 2), "HAICO_SHARD_COUNT": "4"}, "experiments")
@@ -65,12 +67,14 @@ def test_haico_shard_count_is_the_count_of_an_array_of_some_shards(tmp_path: Pat
     assert argv(tmp_path) == [*PYTEST, "--haico-shard=3/4", "experiments"]
 
 
+@pytest.mark.subprocess
 def test_outside_an_array_no_shard_is_passed(tmp_path: Path) -> None:
     done = run_wrapper(tmp_path, {"SLURM_JOB_ID": "7", "HAICO_SHARD_COUNT": "4"}, "experiments")
     assert done.returncode == 0, done.stderr
     assert argv(tmp_path) == [*PYTEST, "experiments"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("value", ["four", "0", "-1", "2/4", " 4"])
 def test_a_shard_count_that_is_no_number_is_a_usage_error(tmp_path: Path, value: str) -> None:
     done = run_wrapper(tmp_path, {**array_task(1, 2), "HAICO_SHARD_COUNT": value}, "experiments")
@@ -101,6 +105,7 @@ def exiting_interpreter(tmp_path: Path, how: str) -> dict[str, str]:
     return {"HAICO_PYTHON": str(python)}
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signal_name", ["KILL", "TERM", "USR1"])
 def test_a_pytest_killed_before_it_chose_its_items_ends_the_job_75(
     tmp_path: Path, signal_name: str
@@ -115,6 +120,7 @@ def test_a_pytest_killed_before_it_chose_its_items_ends_the_job_75(
     ), done.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("code", [1, 2, 3, 5, 127])
 def test_an_exit_code_outside_campaign_modes_ends_the_job_4(tmp_path: Path, code: int) -> None:
     done = run_wrapper(tmp_path, exiting_interpreter(tmp_path, f"exit {code}"))
@@ -125,12 +131,14 @@ def test_an_exit_code_outside_campaign_modes_ends_the_job_4(tmp_path: Path, code
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("code", [0, 4, 75, 78])
 def test_campaign_modes_codes_are_the_jobs(tmp_path: Path, code: int) -> None:
     done = run_wrapper(tmp_path, exiting_interpreter(tmp_path, f"exit {code}"))
     assert (done.returncode, done.stderr) == (code, "")
 
 
+@pytest.mark.subprocess
 def test_no_run_items_file_is_left_behind(tmp_path: Path) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -141,6 +149,7 @@ def test_no_run_items_file_is_left_behind(tmp_path: Path) -> None:
     assert list(temp.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_a_killed_runs_partial_dump_is_removed_and_its_complete_dumps_kept(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_haico.config.experiment import Arm, Script
 from pytest_haico.config.identity import (
     backend_identity,
@@ -138,6 +140,7 @@ def _command_identity(directory: Path) -> str:
     return backend_identity(arm(), profile=Profile.LOCAL, command="./serve {port}", tree=tree)
 
 
+@pytest.mark.subprocess
 def test_a_backend_commands_identity_is_its_trees_commit_and_changes(tmp_path: Path) -> None:
     repo = tmp_path / "backend"
     repo.mkdir()

@@ -12,6 +12,9 @@ import pytest
 
 from tests.harness import CampaignProject
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 ITEMS = 36
 PASSED = re.compile(r"^experiments/test_conversations\.py::test_conversation\[(.+)\] PASSED")
 

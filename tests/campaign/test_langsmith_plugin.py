@@ -50,6 +50,7 @@ def test_a_campaign_session_does_not_register_langsmiths_plugin(project: Campaig
     assert what_langsmith_was(project).startswith("registered=False")
 
 
+@pytest.mark.subprocess
 def test_a_bad_arm_file_is_refused_without_importing_langsmith(project: CampaignProject) -> None:
     project.arm("demo", "[modle]\nserved_name = 'demo'\n")
     result = project.run_subprocess()
@@ -94,6 +95,7 @@ def test_dash_p_no_langsmith_plugin_stays_blocked_outside_a_campaign(
     assert what_langsmith_was(project).startswith("registered=False")
 
 
+@pytest.mark.subprocess
 def test_langsmith_output_still_parses_outside_a_campaign(project: CampaignProject) -> None:
     # Only langsmith's plugin knows this option; pytest parses it before configure time.
     project.pytester.makepyfile(test_own="def test_own():\n    pass\n")

@@ -128,6 +128,7 @@ def test_a_session_that_does_not_collect_the_experiments_keeps_pytests_output(
     assert not any(line.startswith("test_plain.py::test_one passed") for line in result.outlines)
 
 
+@pytest.mark.subprocess
 def test_a_terminal_shows_pytests_dots_and_no_job_log(campaign: CampaignProject) -> None:
     five_items(campaign)
     status, output = campaign.run_on_terminal("--color=no")
@@ -138,6 +139,7 @@ def test_a_terminal_shows_pytests_dots_and_no_job_log(campaign: CampaignProject)
     assert any(dots.match(line) for line in lines), output
 
 
+@pytest.mark.subprocess
 def test_progress_lines_on_a_terminal_when_asked(campaign: CampaignProject) -> None:
     five_items(campaign)
     status, output = campaign.run_on_terminal("--color=no", "--haico-progress", "lines")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 _PROBE = """
 import pytest
 import pytest_asyncio

@@ -60,6 +60,7 @@ def test_infra_failures_are_retried_until_max_attempts_then_gave_up(
     assert sorted(path.name for path in (campaign.arm_dir("demo") / "runs").iterdir()) == runs
 
 
+@pytest.mark.subprocess
 def test_an_interrupted_attempt_is_retried_without_counting(
     campaign: CampaignProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +151,7 @@ def test_a_rerun_with_everything_done_exits_0_with_one_summary_line(
         )
 
 
+@pytest.mark.subprocess
 def test_collect_only_lists_every_item_with_its_ledger_state(
     campaign: CampaignProject,
 ) -> None:
@@ -191,6 +193,7 @@ def test_campaign_exit_codes(campaign: CampaignProject, monkeypatch: pytest.Monk
     assert verdicts(campaign)[-2:] == [("x", 1, "infra_error"), ("x", 2, "completed")]
 
 
+@pytest.mark.subprocess
 def test_campaign_exit_code_of_an_interrupted_run_is_75(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.scripts("i.yaml", "id: i\nturns:\n  - user: interrupt me\n")

@@ -54,6 +54,7 @@ def pytest_collection_finish(session):
 """
 
 
+@pytest.mark.subprocess
 def test_a_run_beside_the_experiments_leaves_the_signal_handlers_alone(
     campaign: CampaignProject,
 ) -> None:

@@ -10,6 +10,9 @@ import pytest
 
 from tests.harness import CampaignProject
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 # Run pytest in a fresh process, then print the heavy modules it imported.
 PROBE = """
 import sys, pytest

@@ -6,7 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pytest_haico.config.experiment import load_experiments
+
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
 
 
 def _run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:

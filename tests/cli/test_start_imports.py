@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.mark.parametrize("package", ["pytest", "_pytest", "pydantic"])
 def test_haico_report_starts_without_importing(package: str) -> None:

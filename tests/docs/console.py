@@ -2,11 +2,11 @@
 
 A ```console block is a list of `$ command` lines, each followed by what it prints. It is
 run with bash in a home of its own (`HOME`, so `~/` in the page is that home; this clone is
-shown as `~/pytest-haico`), with this environment's `pytest` and `haico` first on PATH, and
-compared line by line after masking what changes from run to run in both texts (`mask`):
-durations, percentages, run ids and dates, hashes. A line `...` stands for any lines, and
-`...` inside a line for any text of it; a last line `(exit N)` is the command's exit status,
-otherwise it must exit 0.
+shown as, and reachable at, `~/pytest-haico`; `TMPDIR` is `~/tmp`), with this environment's
+`pytest` and `haico` first on PATH, and compared line by line after masking what changes
+from run to run in both texts (`mask`): durations, percentages, run ids and dates, hashes.
+A line `...` stands for any lines, and `...` inside a line for any text of it; a last line
+`(exit N)` is the command's exit status, otherwise it must exit 0.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ ELLIPSIS = "..."
 # This clone, where the page's reader has theirs.
 CLONE = Path(__file__).resolve().parents[2]
 SHOWN_CLONE = "~/pytest-haico"
+# A home's $TMPDIR, relative to it.
+TMPDIR = "tmp"
 # Seconds a command of a page may take (a campaign on the stand-ins takes a few).
 COMMAND_TIMEOUT_S = 120
 # What changes from one run to the next, masked alike in the page and the output.
@@ -109,10 +111,16 @@ def _trimmed(lines: list[str]) -> list[str]:
 
 
 def environment(home: Path) -> dict[str, str]:
-    """A reader's shell: this venv's commands first on PATH, `home` as HOME, no colour."""
+    """A reader's shell: this venv's commands first on PATH, `home` as HOME, `home/tmp` as
+    TMPDIR (a kept stack's state file is per user and arm there: one of its own), no colour."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
     venv_bin = str(Path(sys.executable).parent)
-    env.update(HOME=str(home), PATH=f"{venv_bin}:{env.get('PATH', '')}", NO_COLOR="1")
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(home / TMPDIR),
+        PATH=f"{venv_bin}:{env.get('PATH', '')}",
+        NO_COLOR="1",
+    )
     # A reader's git knows who they are; a new home's does not.
     for who in ("AUTHOR", "COMMITTER"):
         env.update({f"GIT_{who}_NAME": "A Reader", f"GIT_{who}_EMAIL": "reader@example.org"})
@@ -148,3 +156,17 @@ def run(command: Command, *, home: Path, cwd: Path) -> tuple[Path, str | None]:
     return after, (
         f"$ {command.line}: {'; '.join(problems)}\n  the page:\n{page}\n  the run:\n{shown}"
     )
+
+
+def stop_kept_stacks(home: Path) -> None:
+    """Stop what a block's `haico stack up` left running in `home` (a block that failed before
+    its `haico stack down`)."""
+    for state in sorted((home / TMPDIR).glob("pytest-haico-*/stacks/*.json")):
+        subprocess.run(
+            [sys.executable, "-m", "pytest_haico", "stack", "down", state.stem],
+            env=environment(home),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )

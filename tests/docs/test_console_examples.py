@@ -1,6 +1,6 @@
-"""The documentation's console examples: each says how it is checked, the README's tour is
-one that Sybil runs (docs/conftest.py), the ones left unchecked are the known ones, and the
-comparison masks what varies and still catches a difference."""
+"""The documentation's console examples: every one is checked (Sybil runs it:
+docs/conftest.py), no other block is a transcript in disguise, the README's tour is one of
+them, and the comparison masks what varies and still catches a difference."""
 
 from __future__ import annotations
 
@@ -12,79 +12,55 @@ from tests.docs import console
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^(?P<directive>[^\n]*)\n```console\n(?P<source>.*?)^```$", re.M | re.S)
 CHECKED = re.compile(r"<!-- console: checked( in a new project)? -->")
-UNCHECKED = re.compile(r"<!-- console: not checked: the output of .+ -->")
-# The blocks whose output only a real Slurm, GPU, signal, full disk or a long campaign
-# makes, by page and first line: what is left to check (issue 41). Checking one means
-# taking it out of here.
-LEFT = {
-    "allocation.md": ["demo: 11 item(s) in 37.2 s", "demo: 11 item(s) in 32.4 s"],
-    "cluster.md": ["$ haico env", "$ haico validate --backend-repo backend"],
-    "gpus.md": [
-        "$ haico gpu-check --here --device cpu --seconds 5",
-        "gate failed (exit 78): arm demo: gate gpu_check failed",
-        "$ haico gpu-check --here",
-    ],
-    "results.md": [
-        "[1/6] demo q0-r0 infra_error",
-        "haico: demo stack failed after 0.4 s",
-        "$ pg_restore --list",
-        "$ haico report results/default --html report.html",
-        "$ haico compare results/paired/base results/paired/worse",
-        "$ haico compare results/paired/base results/paired/slight",
-    ],
-    "salloc.md": ["$ salloc --time=10"],
-    "serve.md": [
-        "$ haico serve standin --profile local --time 30",
-        "$ haico serve standin --profile local --time 3 ",
-        "$ haico serve stop standin",
-        "$ haico serve standin --profile local --time 30",
-        "$ cat judges/arms/judge.toml",
-    ],
-    "submit.md": [
-        "$ pytest experiments    # SIGTERM",
-        "$ haico submit demo --stage smoke",
-        "$ haico submit demo --stage smoke --stratum long --dry-run",
-        "$ haico submit demo --stage full --stratum default",
-        "$ haico submit demo --stage full --tasks 6",
-        "$ haico continue demo",
-        "$ haico continue demo --until-done",
-        "$ .venv/bin/python benchmarks/chaos.py",
-        "$ haico cost results/default",
-        "arm demo, stratum chat: too few items",
-    ],
-    "validate.md": ["$ haico validate"],
-}
+# Any fenced block, by its language, and a prompt line in it: a shell session's transcript.
+FENCE = re.compile(r"^```(?P<language>\S*)\n(?P<source>.*?)^```$", re.M | re.S)
+PROMPT = re.compile(r"^\$ ", re.M)
 
 
 def _blocks(page: Path) -> list[tuple[str, str]]:
     return [(m["directive"], m["source"]) for m in BLOCK.finditer(page.read_text("utf-8"))]
 
 
-def test_every_console_block_says_how_it_is_checked() -> None:
-    unsaid = [
-        f"{page.relative_to(ROOT)}: {source.splitlines()[0][:60]}"
-        for page in sorted((ROOT / "docs").rglob("*.md"))
-        for directive, source in _blocks(page)
-        if not (CHECKED.fullmatch(directive) or UNCHECKED.fullmatch(directive))
-    ]
-    assert not unsaid, (
-        "a console block needs <!-- console: checked --> (Sybil runs it) or "
-        "<!-- console: not checked: the output of ... --> before it:\n" + "\n".join(unsaid)
+def _pages() -> list[Path]:
+    return sorted((ROOT / "docs").rglob("*.md"))
+
+
+def unchecked_blocks(pages: list[Path]) -> list[str]:
+    """The ```console blocks of `pages` that no checked directive precedes, and the other
+    fenced blocks that show a `$ ` prompt (a transcript no test would run)."""
+    found = []
+    for page in pages:
+        text = page.read_text("utf-8")
+        for directive, source in _blocks(page):
+            if not CHECKED.fullmatch(directive):
+                found.append(f"{page.name}: {source.splitlines()[0][:60]}")
+        for fence in FENCE.finditer(text):
+            if fence["language"] != "console" and PROMPT.search(fence["source"]):
+                found.append(f"{page.name}: a ```{fence['language']} block with a $ prompt")
+    return found
+
+
+def test_every_console_block_is_checked() -> None:
+    unchecked = unchecked_blocks(_pages())
+    assert not unchecked, (
+        "a console block needs <!-- console: checked --> (or <!-- console: checked in a new "
+        "project -->) before it, so that Sybil runs it; what cannot run here is prose or a "
+        "quoted line, not a transcript:\n" + "\n".join(unchecked)
     )
 
 
-def test_the_unchecked_blocks_are_the_ones_left() -> None:
-    unchecked: dict[str, list[str]] = {}
-    for page in sorted((ROOT / "docs").rglob("*.md")):
-        for directive, source in _blocks(page):
-            if UNCHECKED.fullmatch(directive):
-                unchecked.setdefault(page.name, []).append(source.splitlines()[0])
-    assert unchecked.keys() == LEFT.keys()
-    for name, starts in LEFT.items():
-        assert len(unchecked[name]) == len(starts), name
-        assert all(
-            line.startswith(start) for line, start in zip(unchecked[name], starts, strict=True)
-        )
+def test_an_unchecked_block_and_a_transcript_in_disguise_are_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- console: checked -->\n```console\n$ true\n```\n\n"
+        "```console\n$ haico env\nhaico env: job 1\n```\n\n"
+        "```text\n$ sbatch x\nSubmitted batch job 2\n```\n\n"
+        "```sh\nsbatch x    # no prompt: commands to run, not a transcript\n```\n"
+    )
+    assert unchecked_blocks([page]) == [
+        "page.md: $ haico env",
+        "page.md: a ```text block with a $ prompt",
+    ]
 
 
 def test_the_readme_tour_is_a_checked_block_of_get_started() -> None:

@@ -8,8 +8,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.harness import BackgroundRun, CampaignProject
 from tests.polling import wait_for
+
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
 
 TASKS = 8
 # Every task waits, once collected, just before haico selects its items and makes its

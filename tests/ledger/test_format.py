@@ -158,6 +158,7 @@ def test_the_results_api_skips_a_ledger_that_is_no_regular_file(tmp_path: Path) 
     assert results.warnings == [f"{ledger / 'b.jsonl'}: skipped, not a regular file"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "module", ["pytest_haico.results", "pytest_haico.report.data", "pytest_haico.report.item_costs"]
 )

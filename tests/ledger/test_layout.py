@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pytest_haico.config.shard import Shard
 from pytest_haico.ledger.layout import (
     ArmPaths,
@@ -58,6 +60,7 @@ def test_a_campaigns_arms_are_its_directories_with_a_ledger_but_submissions(
     assert arm.ledger_names() == ["4711.1.jsonl"]
 
 
+@pytest.mark.subprocess
 def test_the_layout_imports_no_pydantic() -> None:
     # The results API, the report and haico validate import it: none may pay for pydantic.
     probe = (

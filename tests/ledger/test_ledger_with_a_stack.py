@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import stat
 
+import pytest
+
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 from tests.ledger.conftest import Mount, fill
+
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
 
 TOKEN_TEST = """
 from pytest_haico import InfraError

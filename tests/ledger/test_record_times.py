@@ -119,6 +119,7 @@ def test_a_span_refuses_a_negative_duration(duration: float) -> None:
         AttemptTimes(BEGAN, duration)
 
 
+@pytest.mark.subprocess
 def test_many_fast_items_in_flight_record_no_negative_or_inverted_duration(
     campaign: CampaignProject,
 ) -> None:

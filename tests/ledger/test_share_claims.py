@@ -65,6 +65,7 @@ def claim_path(campaign: CampaignProject) -> Path:
     return campaign.arm_dir("demo") / "claims" / "shard-0of1.default.json"
 
 
+@pytest.mark.subprocess
 def test_a_second_run_of_the_same_share_is_refused_naming_the_first(
     campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,6 +96,7 @@ def test_a_second_run_of_the_same_share_is_refused_naming_the_first(
     assert not claim_path(campaign).exists(), "the first run kept its claim after it ended"
 
 
+@pytest.mark.subprocess
 def test_the_claim_of_a_run_killed_with_kill_9_is_taken_over(
     campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -124,6 +124,7 @@ def test_the_process_start_is_the_one_proc_gives_unless_pytest_haico_was_loaded_
     assert process_started_at() == started + EXEC_SLACK_S + 30
 
 
+@pytest.mark.subprocess
 def test_a_process_that_a_shell_replaced_by_exec_starts_when_it_loaded_pytest_haico() -> None:
     # `bash -c 'pip install … && pytest …'` execs pytest: the shell's start is not the run's.
     code = "import time; from pytest_haico.ledger.timeline import process_started_at as p; "

@@ -57,6 +57,7 @@ def test_a_directory_named_like_a_ledger_is_refused(campaign: CampaignProject) -
     assert_refused_before_anything_ran(result, campaign, ledgers / "stray.jsonl")
 
 
+@pytest.mark.subprocess
 def test_a_fifo_named_like_a_ledger_is_refused_instead_of_blocking(
     campaign: CampaignProject,
 ) -> None:
@@ -177,6 +178,7 @@ def read_as_nobody(directory: Path) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.subprocess
 def test_a_ledger_this_user_may_not_read_is_an_error_naming_it(shared_tmp: Path) -> None:
     ledgers = shared_tmp / "ledger"
     ledgers.mkdir(mode=0o755)
@@ -189,6 +191,7 @@ def test_a_ledger_this_user_may_not_read_is_an_error_naming_it(shared_tmp: Path)
     )
 
 
+@pytest.mark.subprocess
 def test_a_ledger_directory_this_user_may_not_list_is_an_error_naming_it(
     shared_tmp: Path,
 ) -> None:

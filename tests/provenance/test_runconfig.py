@@ -28,6 +28,7 @@ def test_zz_secrets(haico_stack):
 """
 
 
+@pytest.mark.subprocess
 def test_a_run_records_its_knobs_versions_and_ports_and_no_secret(
     campaign: CampaignProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,6 +88,7 @@ def test_a_second_run_names_the_provenance_that_changed(tmp_path: Path) -> None:
     assert later.changed_since(first) == ["VLLM_VERSION 0.11.0 → 0.11.1"]  # NODE: not compared
 
 
+@pytest.mark.subprocess
 def test_secrets_are_redacted_and_values_are_quoted_for_bash(tmp_path: Path) -> None:
     config = RunConfig(tmp_path, redactor=Redactor(["s3cret-token-value"]))
     config.update({"A": "it's $HOME `x`", "B": "Bearer s3cret-token-value"})

@@ -38,6 +38,7 @@ def run_campaign(campaign: CampaignProject, name: str, persona: str) -> Path:
     return campaign.root / "results" / name
 
 
+@pytest.mark.subprocess
 def test_compare_finds_exactly_the_regressions_the_persona_causes(
     campaign: CampaignProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,6 +101,7 @@ def test_compare_of_a_path_that_is_no_campaign_is_one_line_and_exit_2(
     )
 
 
+@pytest.mark.subprocess
 def test_compare_names_both_runs_and_the_items_only_one_side_has(
     campaign: CampaignProject,
     capsys: pytest.CaptureFixture[str],

@@ -31,6 +31,7 @@ def line_of(lines: list[str], start: str) -> str:
     return found
 
 
+@pytest.mark.subprocess
 def test_records_of_an_edited_script_are_stale_not_done(campaign: CampaignProject) -> None:
     campaign.arm("demo")
     campaign.simple_scripts(*SCRIPTS, stratum="s")

@@ -14,6 +14,9 @@ import pytest
 from pytest_haico.report.item_costs import load_costs
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 LATENCY_S = 0.2
 
 

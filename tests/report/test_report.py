@@ -154,6 +154,7 @@ def test_the_html_report_of_a_written_campaign_links_every_item_failures_first(
     assert opening.format(1, "gave_up") in text
 
 
+@pytest.mark.subprocess
 def test_the_haico_process_prints_the_report_and_stops_quietly_for_a_closed_pipe(
     campaign_dir: Path,
 ) -> None:

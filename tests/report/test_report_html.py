@@ -20,6 +20,9 @@ import pytest
 from pytest_haico.report.html import SECTIONS
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # A wide window's first screen: the page must use its width (the old one stopped at 1100 px).
 WIDTH, HEIGHT = 1600, 900

@@ -13,6 +13,9 @@ from pytest_haico.cli.main import main
 from pytest_haico.cli.show import run_show
 from tests.harness import CONVERSATION_MODULE, CampaignProject
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 NOTES = {
     "id": "notes",
     "turns": [

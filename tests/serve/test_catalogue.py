@@ -102,6 +102,7 @@ def test_the_entry_is_in_the_results_mode_without_the_key_and_the_key_is_private
     assert document["job"] == {"id": "41", "node": "gpu07", "restart_count": 0, "end_time": None}
 
 
+@pytest.mark.subprocess
 def test_git_never_adds_the_catalogue_in_a_repository(tmp_path: Path) -> None:
     # Without $CLUSTER_WORK the catalogue is <rootdir>/catalogue, inside the experiments'
     # repository: `git add -A` there must not take the served model's key.

@@ -26,7 +26,7 @@ from pytest_haico.serve.renewal import (
     resolve_renewal,
 )
 from pytest_haico.serve.submission import ModelJob, queue_successor, sbatch_argv
-from tests.slurm_client.commands import stand_ins
+from tests.unit_slurm.commands import stand_ins
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -120,6 +120,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "line"),
     [

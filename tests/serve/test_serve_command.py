@@ -33,6 +33,7 @@ def _haico(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[st
     return status, (captured.out + captured.err).splitlines()
 
 
+@pytest.mark.subprocess
 def test_an_unknown_arm_is_one_line(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, lines = _haico(capsys, "nosuch", "--profile", "local")
     assert (status, lines) == (
@@ -41,6 +42,7 @@ def test_an_unknown_arm_is_one_line(project: Path, capsys: pytest.CaptureFixture
     )
 
 
+@pytest.mark.subprocess
 def test_a_bad_name_or_time_is_one_line(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, lines = _haico(capsys, "standin", "--name", "Judge!")
     assert status == 2 and lines == [
@@ -50,6 +52,7 @@ def test_a_bad_name_or_time_is_one_line(project: Path, capsys: pytest.CaptureFix
     assert status == 2 and lines[0].startswith("haico: --time: 'soon' is not a Slurm time limit")
 
 
+@pytest.mark.subprocess
 def test_a_catalogue_that_is_not_ours_alone_is_refused_before_submitting(
     project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,6 +66,7 @@ def test_a_catalogue_that_is_not_ours_alone_is_refused_before_submitting(
     assert status == 2 and lines[0].startswith(f"haico: the catalogue {catalogue} is writable")
 
 
+@pytest.mark.subprocess
 def test_an_unknown_name_and_a_missing_catalogue_are_one_line(
     project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,6 +92,7 @@ def test_an_unknown_name_and_a_missing_catalogue_are_one_line(
     )
 
 
+@pytest.mark.subprocess
 def test_words_that_are_no_command_are_one_line(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

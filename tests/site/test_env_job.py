@@ -56,6 +56,7 @@ def _job(site: EnvSite, request: EnvRequest) -> subprocess.CompletedProcess[str]
     return _run_job(site, _plan(site, request))
 
 
+@pytest.mark.subprocess
 def test_the_job_builds_the_venv_from_the_lock_verifies_it_and_a_second_job_does_nothing(
     tmp_path: Path,
 ) -> None:
@@ -85,6 +86,7 @@ def test_the_job_builds_the_venv_from_the_lock_verifies_it_and_a_second_job_does
     assert json.loads((site.venv / MARKER).read_text()) == marker
 
 
+@pytest.mark.subprocess
 def test_a_build_whose_vllm_does_not_import_fails_and_leaves_no_marker(
     tmp_path: Path,
 ) -> None:
@@ -98,6 +100,7 @@ def test_a_build_whose_vllm_does_not_import_fails_and_leaves_no_marker(
     assert (site.venv / PARTIAL).exists()  # so the next `haico env` may rebuild it
 
 
+@pytest.mark.subprocess
 def test_the_job_pulls_each_image_with_the_token_in_the_pull_environment_only(
     tmp_path: Path,
 ) -> None:
@@ -122,6 +125,7 @@ def test_the_job_pulls_each_image_with_the_token_in_the_pull_environment_only(
     assert again.returncode == 0 and len(site.pulls()) == 2  # nothing pulled twice
 
 
+@pytest.mark.subprocess
 def test_a_token_file_loosened_after_planning_is_refused_by_the_job(tmp_path: Path) -> None:
     site = make_env_site(tmp_path)
     cluster = resolve_cluster_site(load_cluster_env(site.cluster_env), site.environ())

@@ -91,7 +91,8 @@ def test_healthy_cards_pass_and_each_is_logged_every_second_into_a_file_per_node
         "index", "uuid", "utilization.gpu [%]", "power.draw [W]", "temperature.gpu",
         "ecc.errors.uncorrected.volatile.total",
     ]  # fmt: skip
-    [call] = [json.loads(line) for line in (node.bin / "nvidia-smi-calls.jsonl").open()]
+    calls = (node.bin / "nvidia-smi-calls.jsonl").read_text()
+    [call] = [json.loads(line) for line in calls.splitlines()]
     assert call == [f"--query-gpu={QUERY}", "--format=csv", "-lms", "1000"]
 
 

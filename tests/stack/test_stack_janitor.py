@@ -55,6 +55,8 @@ def test_janitor_reaps_the_services_of_a_killed_owner(tmp_path: Path, umask: int
     result = json.loads(result_file.read_text())
     owner.kill()
     owner.wait()
+    assert owner.stdin is not None
+    owner.stdin.close()  # its end of the pipe that held the stack
     # Once reparented, a parent-death signal would have been sent; without one the
     # service outlives its owner: the janitor's case.
     wait_for(lambda: _ppid(result["pid"]) != owner.pid, timeout=10, what="reparenting")
@@ -289,6 +291,8 @@ def test_an_owner_killed_during_the_postgres_copy_leaves_no_copy_and_no_data_dir
     finally:
         owner.kill()
         owner.wait()
+        assert owner.stdin is not None
+        owner.stdin.close()
         if helper is not None and is_alive(helper):
             os.kill(helper, signal.SIGKILL)
         if data_dir is not None:

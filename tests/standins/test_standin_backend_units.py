@@ -186,9 +186,11 @@ async def test_waiting_for_a_database_that_comes_up_late_returns_once_it_answers
     # A forwarder to the real server that listens only after a while: a Postgres still starting.
     target = conninfo_to_dict(postgres_dsn)
     port = free_port()
+    connections: list[asyncio.StreamWriter] = []
 
     async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = await asyncio.open_connection(str(target["host"]), int(str(target["port"])))
+        connections.extend((writer, upstream[1]))
         await asyncio.gather(_pipe(reader, upstream[1]), _pipe(upstream[0], writer))
 
     async def listen_late() -> asyncio.Server:
@@ -199,6 +201,10 @@ async def test_waiting_for_a_database_that_comes_up_late_returns_once_it_answers
     await wait_for_database(make_conninfo(postgres_dsn, port=port), timeout=10)
     server = await listening
     server.close()
+    # The connections through it: closed here, not by the GC after the loop's end.
+    for writer in connections:
+        writer.close()
+    await asyncio.gather(*(w.wait_closed() for w in connections), return_exceptions=True)
     await server.wait_closed()
 
 

@@ -257,18 +257,21 @@ def _run_module(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=base_env())
 
 
+@pytest.mark.subprocess
 def test_an_api_key_in_argv_is_refused() -> None:
     result = _run_module("--api-key", "secret")
     assert result.returncode == 2
     assert "set $VLLM_API_KEY instead" in result.stderr
 
 
+@pytest.mark.subprocess
 def test_a_bad_vllm_version_is_refused() -> None:
     result = _run_module("--vllm-version", "latest")
     assert result.returncode == 2
     assert "'latest' is not a vLLM release number (e.g. 0.13.0" in result.stderr
 
 
+@pytest.mark.subprocess
 def test_auto_tool_choice_without_a_parser_is_refused() -> None:
     result = _run_module("--enable-auto-tool-choice")
     assert result.returncode == 2

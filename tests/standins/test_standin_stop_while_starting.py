@@ -13,6 +13,9 @@ import pytest
 from tests.standins.standin_http import ADMIN_TOKEN
 from tests.standins.standin_procs import base_env, free_port, wait_for_log
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 # Longer than the signal's effect may take, far shorter than the backend's 60-s database wait.
 _EXIT_BOUND_S = 30
 

@@ -17,6 +17,9 @@ import pytest
 
 from tests.harness import CONVERSATION_MODULE, ITEM_MODULE
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 ARM = '[slurm]\ntime = "00:10:00"\n'
 SERVED_ARM = ARM + '[model]\nserved = "shared"\n'  # attaches to a model `haico serve` serves
 SCRIPTS = "".join(

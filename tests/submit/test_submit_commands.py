@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-haico-offline-secret"
 ALLOWED = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "LANG", "TZ", "TMPDIR", "SLURM_CONF"}

@@ -15,6 +15,9 @@ from pytest_haico.validate.builds import (
     resolve_build,
 )
 
+# Each test runs a child process (the fast loop, `-m "not slow"`, leaves them out).
+pytestmark = pytest.mark.subprocess
+
 TEMPLATE = "python backend.py --port {port}"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.slurm import client
-from tests.slurm_client.commands import stand_ins
+from tests.unit_slurm.commands import stand_ins
 
 
 def test_commands_run_as_an_argv_without_a_shell() -> None:

@@ -11,7 +11,7 @@ import pytest
 from pytest_haico.slurm import jobs as slurm
 from pytest_haico.slurm.client import SlurmError
 from pytest_haico.slurm.records import TaskState
-from tests.slurm_client.commands import stand_ins
+from tests.unit_slurm.commands import stand_ins
 
 
 def test_a_finished_job_is_found_by_name_in_accounting_since_its_submission(

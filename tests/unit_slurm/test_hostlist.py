@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_haico.slurm.hostlist import expand_hostlist, node_names
-from tests.slurm_client.commands import stand_ins
+from tests.unit_slurm.commands import stand_ins
 
 
 def test_hostlists_expand_like_scontrol() -> None:
