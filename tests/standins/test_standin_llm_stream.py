@@ -119,6 +119,7 @@ def test_the_openai_sdk_reassembles_a_streamed_tool_call(llm_server: LlmServers)
 
 def test_chat_openai_gets_tool_calls_and_usage_streaming_and_not(llm_server: LlmServers) -> None:
     for streaming in (False, True):
+        http = httpx.Client(trust_env=False)
         model = ChatOpenAI(
             base_url=llm_server().base_url + "/v1",
             model=MODEL,
@@ -126,9 +127,10 @@ def test_chat_openai_gets_tool_calls_and_usage_streaming_and_not(llm_server: Llm
             streaming=streaming,
             stream_usage=True,
             max_retries=0,
-            http_client=httpx.Client(trust_env=False),
+            http_client=http,
         ).bind_tools([write_document])
-        message = model.invoke("Write a report on Crete.")
+        with http:
+            message = model.invoke("Write a report on Crete.")
         assert isinstance(message, AIMessage)
         (call,) = message.tool_calls
         assert call["name"] == "write_document"

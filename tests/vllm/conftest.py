@@ -56,11 +56,13 @@ def real_vllm(
 
         took = f"{tools.healthy_after_s:.1f} s and {plain.healthy_after_s:.1f} s"
         print(f"real vLLM (with and without the tool flags) healthy after {took}")
-        yield ServerPair(tools=server(tools), plain=server(plain))
+        pair = ServerPair(tools=server(tools), plain=server(plain))
+        yield pair
+        pair.close()
 
 
 @pytest.fixture(scope="session")
-def standin_vllm(llm_server: LlmServers) -> ServerPair:
+def standin_vllm(llm_server: LlmServers) -> Iterator[ServerPair]:
     """Two stand-in vLLMs imitating the tier's release: with the tool flags and without them."""
     common = {"max_model_len": MAX_MODEL_LEN, "vllm_version": STANDIN_VLLM_VERSION}
     tools, plain = llm_server.prefetch(
@@ -78,7 +80,9 @@ def standin_vllm(llm_server: LlmServers) -> ServerPair:
             version=STANDIN_VLLM_VERSION,
         )
 
-    return ServerPair(tools=server(tools.base_url), plain=server(plain.base_url))
+    pair = ServerPair(tools=server(tools.base_url), plain=server(plain.base_url))
+    yield pair
+    pair.close()
 
 
 @pytest.fixture(

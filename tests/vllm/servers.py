@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -29,6 +29,8 @@ class Server:
     max_model_len: int
     version: str
     scratch_dir: Path | None = None  # real vLLM's $TMPDIR (the cluster profile's, private)
+    # The HTTP clients its SDK clients were given, closed with the server's fixture.
+    clients: list[httpx.Client] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def api_base(self) -> str:
@@ -70,7 +72,7 @@ class Server:
             api_key=self.api_key if key is None else key,
             max_retries=0,
             # openai 3 types its client as httpx2's; httpx's works the same.
-            http_client=cast(Any, httpx.Client(timeout=TIMEOUT, trust_env=False)),
+            http_client=cast(Any, self._client()),
         )
 
     def chat_openai(self, **options: Any) -> ChatOpenAI:
@@ -80,9 +82,19 @@ class Server:
             base_url=self.api_base,
             api_key=SecretStr(self.api_key),
             max_retries=0,
-            http_client=cast(Any, httpx.Client(timeout=TIMEOUT, trust_env=False)),
+            http_client=cast(Any, self._client()),
             **options,
         )
+
+    def close(self) -> None:
+        """Close every HTTP client `openai` and `chat_openai` made."""
+        while self.clients:
+            self.clients.pop().close()
+
+    def _client(self) -> httpx.Client:
+        client = httpx.Client(timeout=TIMEOUT, trust_env=False)
+        self.clients.append(client)
+        return client
 
     def _auth(self, key: str | None) -> dict[str, str]:
         key = self.api_key if key is None else key
@@ -99,6 +111,10 @@ class ServerPair:
     @property
     def kind(self) -> Kind:
         return self.tools.kind
+
+    def close(self) -> None:
+        self.tools.close()
+        self.plain.close()
 
 
 def iter_sse_data(text: str) -> Iterator[str]:
