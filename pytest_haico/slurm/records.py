@@ -27,6 +27,10 @@ FINAL_STATES = frozenset(
 HOLDING_STATES = frozenset(
     {"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "STOPPED", "RESIZING"}
 )
+# Why a pending job will not start by itself, as `scontrol show job` says (Reason=): its
+# launch failed (a node that lost its network, a "Duplicate jobid" of the run left there) and
+# Slurm requeued it held, for a person to `scontrol release`.
+LAUNCH_HELD = "launch_failed_requeued_held"
 # What Slurm prints for a time it does not have: a pending job's end, an UNLIMITED one's.
 _NO_TIME = frozenset({"", "unknown", "n/a", "none"})
 
@@ -59,17 +63,32 @@ def parse_task_ids(text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class TaskState:
-    """Where an array task stands: Slurm's state word, the exit code ("75:0") and the node
-    its batch script ran on (None: not yet, or Slurm did not say)."""
+    """Where an array task stands: Slurm's state word, the exit code ("75:0"), the node
+    its batch script ran on (None: not yet, or Slurm did not say) and, for a pending task
+    Slurm holds after a failed launch, `LAUNCH_HELD`."""
 
     state: str
     exit_code: str
     node: str | None = None
+    reason: str | None = None
 
     @property
     def text(self) -> str:
-        """``FAILED 75:0``: the form the submission journal keeps."""
-        return f"{self.state} {self.exit_code}"
+        """``FAILED 75:0``, or ``PENDING 0:0 launch_failed_requeued_held``: the form the
+        submission journal keeps."""
+        return " ".join([self.state, self.exit_code, *([self.reason] if self.reason else [])])
+
+    @classmethod
+    def from_text(cls, text: str, node: str | None = None) -> TaskState:
+        """The state `text` wrote."""
+        state, _, rest = text.partition(" ")
+        code, _, reason = rest.partition(" ")
+        return cls(state, code, node, reason or None)
+
+    @property
+    def launch_held(self) -> bool:
+        """Pending, held by Slurm after its launch failed: it never starts by itself."""
+        return self.state == "PENDING" and self.reason == LAUNCH_HELD
 
     @property
     def final(self) -> bool:
@@ -93,6 +112,7 @@ class JobRecord:
     batch_host: str | None = None  # the node the batch script runs on, once it runs
     nodes: str | None = None  # NodeList as printed (``hn2``, ``hn[1-2]``); None: none yet
     restarts: int = 0  # how often Slurm requeued the job (its SLURM_RESTART_COUNT)
+    reason: str | None = None  # Reason=, kept only when it is `LAUNCH_HELD`
 
     @property
     def base_id(self) -> str:
@@ -114,7 +134,7 @@ class JobRecord:
 
     @property
     def task_state(self) -> TaskState:
-        return TaskState(self.state, self.exit_code, self.node)
+        return TaskState(self.state, self.exit_code, self.node, self.reason)
 
     def end_time(self) -> float | None:
         """The end time in epoch seconds, None for none (UNLIMITED, pending); `ValueError`
@@ -159,6 +179,7 @@ def parse_job_records(text: str) -> list[JobRecord]:
                 batch_host=_known_host(fields.get("BatchHost")),
                 nodes=_known_host(fields.get("NodeList")),
                 restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
+                reason=LAUNCH_HELD if fields.get("Reason") == LAUNCH_HELD else None,
             )
         )
     return records

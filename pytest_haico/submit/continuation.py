@@ -16,6 +16,7 @@ from pytest_haico.files import DEFAULT_FILE_MODE, make_dirs, write_atomic
 from pytest_haico.report.cost import MIN_ITEMS, plan_array
 from pytest_haico.report.item_costs import StratumCost, current_items
 from pytest_haico.slurm.client import SlurmError
+from pytest_haico.slurm.jobs import cancel
 from pytest_haico.slurm.nodes import read_partition_nodes
 from pytest_haico.slurm.timelimits import Partition, resolve_partition
 from pytest_haico.submit.decisions import Action, Decision, Rules, decide
@@ -115,9 +116,26 @@ def _round(submission: Submission, request: Request, *, say: Say) -> Round:
         say(f"haico: nothing to resubmit: {_summary(result)}")
     if request.dry_run:
         show(plans, jobs, submission, experiments, say)
-    elif plans:
-        run_jobs(submission, experiments, jobs, plans, reconciler, say=say)
+    else:
+        _cancel_held(decided, say=say)
+        if plans:
+            run_jobs(submission, experiments, jobs, plans, reconciler, say=say)
     return result
+
+
+def _cancel_held(decided: Sequence[tuple[Share, Decision]], *, say: Say) -> None:
+    """Cancel the tasks Slurm holds after a failed launch (their shares rerun, or done), so
+    that a later `scontrol release` cannot run them again."""
+    for share, decision in decided:
+        end = share.evidence.end
+        if end is not None and end.launch_held and decision.action in (Action.RERUN, Action.DONE):
+            try:
+                cancel(share.key)
+            except SlurmError as exc:
+                # Its rerun goes ahead: released one day, it finds its items claimed or done.
+                say(f"haico: could not cancel the held task {share.key} ({exc})")
+            else:
+                say(f"haico: cancelled the held task {share.key}")
 
 
 def _exclusions(jobs: Mapping[str, JournaledJob], census: Census, request: Request) -> Exclusions:

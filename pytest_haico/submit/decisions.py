@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from pytest_haico.slurm.records import TaskState
+from pytest_haico.slurm.records import LAUNCH_HELD, TaskState
 
 # The walltime gate's name (gates.static.WALLTIME; a test pins that they agree). Its refusal
 # is a cost shortfall (less time left than an item costs), not a change of meaning.
@@ -121,6 +121,14 @@ class Decision:
 def decide(evidence: Evidence, rules: Rules) -> Decision:
     """The table, first matching row wins (docs/submit.md "Continue" lists it the same way)."""
     end, owed, log = evidence.end, evidence.owed, evidence.log
+    if end is not None and end.launch_held:
+        where = f" on {end.node}" if end.node else ""
+        held = f"held by Slurm, its launch failed{where} ({LAUNCH_HELD})"
+        if owed == 0:
+            return Decision(Action.DONE, "done")  # and the held task cancelled
+        return _rerun(
+            f"{held}: it never starts by itself, so it is cancelled and rerun", evidence, rules
+        )
     if end is not None and not end.final:
         return Decision(Action.WAIT, f"{end.state.lower()}, not resubmitted")
     if owed == 0:

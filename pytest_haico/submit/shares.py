@@ -143,10 +143,7 @@ def end_of(job: JournaledJob, task: int) -> TaskState | None:
     """How the journal (refreshed from Slurm) says the task stands; None when Slurm did not
     know it."""
     text = job.ended.get(task)
-    if not text:
-        return None
-    state, _, code = text.partition(" ")
-    return TaskState(state, code, job.hosts.get(task))
+    return TaskState.from_text(text, job.hosts.get(task)) if text else None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class FakeSlurm:
     def install(cls, root: Path) -> FakeSlurm:
         (root / "jobs").mkdir(parents=True)
         (root / "bin").mkdir()
-        for name in ("sbatch", "squeue", "scontrol", "sacct", "sinfo"):
+        for name in ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo"):
             command = root / "bin" / name
             command.write_text(
                 f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(_SCRIPT)!r}, "
@@ -57,13 +57,26 @@ class FakeSlurm:
         return [i for i, job in self.jobs().items() if fragment in job["name"]]
 
     def end(
-        self, job_id: str, task: int, state: str, code: str = "0:0", *, node: str | None = None
+        self,
+        job_id: str,
+        task: int,
+        state: str,
+        code: str = "0:0",
+        *,
+        node: str | None = None,
+        reason: str | None = None,
     ) -> None:
-        """The task's state; `node`: the node its batch script ran on (BatchHost)."""
+        """The task's state; `node`: the node its batch script ran on (BatchHost); `reason`:
+        the Reason= of a pending task."""
         path = self.root / "jobs" / f"{job_id}.json"
         job = json.loads(path.read_text())
-        job["tasks"][str(task)] = [state, code, *([node] if node else [])]
+        job["tasks"][str(task)] = [state, code, node or "", reason or ""]
         path.write_text(json.dumps(job))
+
+    def cancelled(self) -> list[str]:
+        """The tasks `scancel` was asked to cancel (``<job>_<task>``), in order."""
+        path = self.root / "scancelled"
+        return path.read_text().split() if path.exists() else []
 
     def set_nodes(self, *nodes: str) -> None:
         """The nodes of the default partition, as ``sinfo -N`` lists them."""
@@ -132,11 +145,13 @@ def _scontrol(root: Path, argv: list[str]) -> int:
     if job is None:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
-    for task, (state, code, *node) in job["tasks"].items():
-        host = f" BatchHost={node[0]}" if node else ""
+    for task, (state, code, *more) in job["tasks"].items():
+        node, reason = [*more, "", ""][:2]
+        host = f" BatchHost={node}" if node else ""
+        why = f" Reason={reason}" if reason else ""
         print(
             f"JobId={argv[-1]}{int(task):03d} ArrayJobId={argv[-1]} ArrayTaskId={task} "
-            f"JobName={job['name']} JobState={state} ExitCode={code}{host}"
+            f"JobName={job['name']} JobState={state}{why} ExitCode={code}{host}"
         )
     return 0
 
@@ -149,6 +164,16 @@ def _main(command: str, root: Path) -> int:
         return _squeue(root, argv)
     if command == "scontrol":
         return _scontrol(root, argv)
+    if command == "scancel":
+        job_id, _, task = argv[-1].partition("_")
+        with _locked(root):
+            with open(root / "scancelled", "a") as log:
+                log.write(argv[-1] + "\n")
+            path = root / "jobs" / f"{job_id}.json"
+            job = json.loads(path.read_text())
+            job["tasks"][task or "0"] = ["CANCELLED", "0:0"]
+            path.write_text(json.dumps(job))
+        return 0
     if command == "sinfo" and "-N" in argv:
         nodes = root / "nodes"
         print(nodes.read_text() if nodes.exists() else "node1 debug*", end="")

@@ -352,3 +352,42 @@ def test_a_continued_job_attaches_where_the_submitting_shell_did_whatever_the_co
     [rerun] = campaign.slurm.named(".continue-1.")
     given = [a for a in campaign.slurm.jobs()[rerun]["argv"] if a.startswith("--haico-catalogue")]
     assert given == [f"--haico-catalogue={campaign.project / 'catalogue'}"]
+
+
+def test_a_task_slurm_holds_after_its_launch_failed_is_cancelled_and_its_share_rerun(
+    campaign: Campaign,
+) -> None:
+    """A network cut left a run on hn2; the requeued task's launch failed there and Slurm
+    holds it (PENDING, Reason=launch_failed_requeued_held), for good unless someone
+    releases it. `haico continue` cancels it and reruns the share, whose job may take over
+    the claim of the run left behind; a held task with nothing owed is cancelled, done."""
+    _smoke_then_full(campaign)
+    full = str(campaign.job(".full.demo.default").job_id)
+    long = str(campaign.job(".full.demo.long").job_id)
+    campaign.record(".full.demo.default", 0, ["completed"])
+    held = "launch_failed_requeued_held"
+    campaign.slurm.end(full, 0, "PENDING", node="hn2", reason=held)
+    campaign.finish(".full.demo.default", 1)
+    campaign.finish(".full.demo.long", 0)
+    campaign.record(".full.demo.long", 1, ["completed"] * len(campaign.items(".full.demo.long", 1)))
+    campaign.slurm.end(long, 1, "PENDING", node="hn2", reason=held)
+
+    done = campaign.haico("continue", "demo")
+    assert done.returncode == 0, done.stdout + done.stderr
+    matches(
+        done.stdout,
+        [
+            f"haico: full demo.default task 0 (job {full}_0): PENDING 0:0 {held}, * items owed "
+            f"*: rerun (round 2): held by Slurm, its launch failed on hn2 ({held}): it never "
+            "starts by itself, so it is cancelled and rerun",
+            f"haico: full demo.long task 1 (job {long}_1): PENDING 0:0 {held}, nothing owed of * "
+            "items: done",
+            f"haico: cancelled the held task {full}_0",
+            f"haico: cancelled the held task {long}_1",
+            "haico: *.continue-1.demo.default: job *, shards 0 of 2, *",
+        ],
+    )
+    assert campaign.slurm.cancelled() == [f"{full}_0", f"{long}_1"]
+    [cont] = campaign.slurm.named(".continue-1.")
+    argv = campaign.slurm.jobs()[cont]["argv"]
+    assert any(f"HAICO_SUPERSEDES={full}_0" in a.split(",") for a in argv), argv

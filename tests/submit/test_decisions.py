@@ -7,7 +7,7 @@ import pytest
 
 from pytest_haico.gates.backend import CANARY_TURN
 from pytest_haico.gates.static import WALLTIME
-from pytest_haico.slurm.records import TaskState
+from pytest_haico.slurm.records import LAUNCH_HELD, TaskState
 from pytest_haico.submit.decisions import (
     LAST_GATE,
     WALLTIME_GATE,
@@ -162,3 +162,18 @@ def test_a_gate_that_passed_for_the_arm_on_other_nodes_is_the_node_and_is_rerun(
     )
     alone = decide(Evidence(end=TaskState("FAILED", "78:0"), owed=3, gate=gate), Rules())
     assert alone.action is Action.STOP
+
+
+def test_a_task_slurm_holds_after_its_launch_failed_is_rerun_and_any_other_pending_waits() -> None:
+    """A network cut left the node's run behind; the requeued task's launch failed there
+    ("Duplicate jobid") and Slurm holds it, priority 0, until a person releases it."""
+    held = TaskState("PENDING", "0:0", "node2", LAUNCH_HELD)
+    decision = decide(Evidence(end=held, owed=3, log="job.log"), RULES)
+    assert decision == Decision(
+        Action.RERUN,
+        "held by Slurm, its launch failed on node2 (launch_failed_requeued_held): it never "
+        "starts by itself, so it is cancelled and rerun",
+    )
+    assert TaskState.from_text(held.text, "node2") == held
+    assert decide(Evidence(end=held, owed=0), RULES) == Decision(Action.DONE, "done")
+    assert _decide("PENDING 0:0") == (Action.WAIT, "pending, not resubmitted")
