@@ -7,6 +7,7 @@ from datetime import datetime
 import pytest
 
 from pytest_haico.slurm.records import (
+    LAUNCH_HELD,
     JobRecord,
     TaskState,
     parse_job_records,
@@ -114,3 +115,15 @@ def test_sacct_lists_each_task_once_with_its_state_word() -> None:
 )  # fmt: skip
 def test_a_task_is_final_in_a_state_it_never_leaves(state: str, final: bool) -> None:
     assert TaskState(state, "0:0").final is final
+
+
+def test_a_pending_task_held_after_its_launch_failed_says_so_and_no_other_reason_is_kept() -> None:
+    line = (
+        "JobId=12 ArrayJobId=7 ArrayTaskId=1 JobName=x JobState=PENDING "
+        "Reason=launch_failed_requeued_held ExitCode=0:0 BatchHost=node2"
+    )
+    [held] = parse_job_records(line)
+    assert held.task_state == TaskState("PENDING", "0:0", "node2", LAUNCH_HELD)
+    assert held.task_state.launch_held
+    [waiting] = parse_job_records(line.replace("launch_failed_requeued_held", "Resources"))
+    assert waiting.task_state.reason is None and not waiting.task_state.launch_held
