@@ -74,38 +74,42 @@ def parse_slurm_number(environ: Mapping[str, str], name: str) -> str | None:
     if value == "":
         return None
     if not (value.isascii() and value.isdigit()):
-        shown = value if len(value) <= 64 else value[:64] + "..."
-        raise ConfigError(
-            f"environment variable {name}",
-            "",
-            f"{shown!r} is not a Slurm job number (digits only, as Slurm sets it); "
-            "unset it, or run inside the Slurm job it belongs to",
+        raise _refused(
+            name,
+            value,
+            "is not a Slurm job number (digits only, as Slurm sets it); unset it, or run "
+            "inside the Slurm job it belongs to",
         )
     return value
 
 
 def _parse_job_key(environ: Mapping[str, str], name: str) -> str | None:
     """A job's key as `SlurmJob.key` spells it (`123`, or `123_4` for an array task)."""
-    keys = _parse_job_keys(environ, name)
-    return keys[0] if keys else None
+    value = environ.get(name, "")
+    return _job_key(value, name, value) if value else None
 
 
 def _parse_job_keys(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """Job keys as `SlurmJob.key` spells them, `:`-separated (sbatch --export cannot pass
-    a comma); anything else is a `ConfigError` naming the variable."""
+    a comma)."""
     value = environ.get(name, "")
-    if value == "":
-        return ()
-    keys = tuple(value.split(":"))
-    for key in keys:
-        job, underscore, task = key.partition("_")
-        parts = (job, task) if underscore else (job,)
-        if not all(part.isascii() and part.isdigit() for part in parts):
-            shown = value if len(value) <= 64 else value[:64] + "..."
-            raise ConfigError(
-                f"environment variable {name}",
-                "",
-                f"{shown!r} is not a Slurm job (digits, or <array job>_<task>, as haico sets "
-                "it); unset it",
-            )
-    return keys
+    return tuple(_job_key(key, name, value) for key in value.split(":")) if value else ()
+
+
+def _job_key(key: str, name: str, value: str) -> str:
+    """`key` when it is a job key; else a `ConfigError` naming variable `name`, whose
+    value is `value`."""
+    job, underscore, task = key.partition("_")
+    parts = (job, task) if underscore else (job,)
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        raise _refused(
+            name,
+            value,
+            "is not a Slurm job (digits, or <array job>_<task>, as haico sets it); unset it",
+        )
+    return key
+
+
+def _refused(name: str, value: str, why: str) -> ConfigError:
+    shown = value if len(value) <= 64 else value[:64] + "..."
+    return ConfigError(f"environment variable {name}", "", f"{shown!r} {why}")

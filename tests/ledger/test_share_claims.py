@@ -210,7 +210,7 @@ def test_the_claim_of_the_job_a_chain_continues_is_taken_over(tmp_path: Path) ->
         claim_share(path, successor, share=SHARE, file_mode=0o640)
 
 
-@pytest.mark.parametrize("value", ["a/b", "12_", "_3", "12_x", "../1"])
+@pytest.mark.parametrize("value", ["a/b", "12_", "_3", "12_x", "../1", "12:13"])
 def test_a_chain_predecessor_that_is_not_a_job_is_refused(value: str) -> None:
     with pytest.raises(ConfigError, match="HAICO_CHAIN_PREV"):
         SlurmJob.from_environ({"HAICO_CHAIN_PREV": value})
