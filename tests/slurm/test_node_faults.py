@@ -61,12 +61,7 @@ def test_a_task_whose_node_fails_is_requeued_and_every_item_is_recorded_once(
         cluster.reboot(node)
     # The controller finds the node gone and requeues the task (JobRequeue=1) elsewhere,
     # while its first run, cut off from Slurm, lives on.
-    wait_for(
-        lambda: cluster.job_fields(f"{full}_0").get("Restarts") == "1",
-        timeout=120,
-        what=f"Slurm to requeue {full}_0 off {node}",
-    )
-    assert cluster.wait_ended(full, timeout=300) == {f"{full}_0": "COMPLETED"}
+    _requeued_and_completed(cluster, full, node)
     if fault == "network cut":
         cluster.restore_network(node)
     records = project.records()
@@ -84,6 +79,17 @@ def test_a_task_whose_node_fails_is_requeued_and_every_item_is_recorded_once(
     assert (lived_on in log.read_text()) == (fault != "reboot")
     done = project.haico("continue", "demo")
     assert "haico: nothing to continue" in done.stdout, done.stdout
+
+
+def _requeued_and_completed(cluster: MultiNodeCluster, job: str, node: str) -> None:
+    """Until the controller has requeued task 0 of `job` off `node` (JobRequeue=1) and the
+    requeued run ended it COMPLETED."""
+    wait_for(
+        lambda: cluster.job_fields(f"{job}_0").get("Restarts") == "1",
+        timeout=120,
+        what=f"Slurm to requeue {job}_0 off {node}",
+    )
+    assert cluster.wait_ended(job, timeout=300) == {f"{job}_0": "COMPLETED"}
 
 
 def _campaign_pytest(cluster: MultiNodeCluster, job: str) -> int:
@@ -112,12 +118,7 @@ def test_a_run_stuck_while_its_requeue_ran_every_item_records_nothing_when_it_wa
     os.kill(stuck, signal.SIGSTOP)
     try:
         cluster.kill_slurmd(node)
-        wait_for(
-            lambda: cluster.job_fields(f"{full}_0").get("Restarts") == "1",
-            timeout=120,
-            what=f"Slurm to requeue {full}_0 off {node}",
-        )
-        assert cluster.wait_ended(full, timeout=300) == {f"{full}_0": "COMPLETED"}
+        _requeued_and_completed(cluster, full, node)
     finally:
         os.kill(stuck, signal.SIGCONT)
     wait_for(lambda: not is_alive(stuck), timeout=120, what="the woken run to stop")
@@ -164,12 +165,7 @@ def test_a_network_cut_while_a_task_converses_with_a_model_on_another_node(
         assert node != model_node
         first_run = _campaign_pytest(cluster, full)
         cluster.cut_network(node)
-        wait_for(
-            lambda: cluster.job_fields(f"{full}_0").get("Restarts") == "1",
-            timeout=120,
-            what=f"Slurm to requeue {full}_0 off {node}",
-        )
-        assert cluster.wait_ended(full, timeout=300) == {f"{full}_0": "COMPLETED"}
+        _requeued_and_completed(cluster, full, node)
         cluster.restore_network(node)
         wait_for(lambda: not is_alive(first_run), timeout=180, what="the first run to stop")
     finally:
